@@ -1,0 +1,129 @@
+"""Column names of the compute CSVs and where new columns go.
+
+Identity columns come first, in a fixed order.  Ingest writes the ``Profiling ...`` columns;
+write-back places ``Average Duration(us)`` before the profiling duration columns and each
+``MicroBench <counter>`` before its ``Profiling Average <counter>``.  Columns this project adds
+go at the end.  Unknown columns are never touched.
+"""
+
+from __future__ import annotations
+
+from perf_plugin.database.table import CsvTable
+
+IDENTITY_COLUMNS: tuple[str, ...] = (
+    "OP State",
+    "Accelerator Core",
+    "Input Shapes",
+    "Input Data Types",
+    "Input Formats",
+    "Output Shapes",
+    "Output Data Types",
+    "Output Formats",
+)
+# The columns a row needs to become a replay case (OP State / Accelerator Core are metadata).
+REQUIRED_IDENTITY_COLUMNS: tuple[str, ...] = (
+    "Input Shapes",
+    "Input Data Types",
+    "Output Shapes",
+    "Output Data Types",
+)
+SIGNATURE_COLUMNS: tuple[str, ...] = (
+    "Input Shapes",
+    "Input Data Types",
+    "Input Formats",
+    "Output Shapes",
+    "Output Data Types",
+)
+
+PROFILING_AVERAGE = "Profiling Average Duration(us)"
+PROFILING_MEDIAN = "Profiling Median Duration(us)"
+PROFILING_STD = "Profiling Std Duration(us)"
+PROFILING_DURATION_COLUMNS: tuple[str, ...] = (PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_STD)
+PROFILING_COUNTER_PREFIX = "Profiling Average "
+RAW_DURATION = "Duration(us)"
+
+# Microbench columns written back by a replay run.
+MICROBENCH_AVERAGE = "Average Duration(us)"
+MICROBENCH_COUNTER_PREFIX = "MicroBench "
+MICROBENCH_MEDIAN = "MicroBench Median Duration(us)"
+MICROBENCH_MIN = "MicroBench Min Duration(us)"
+MICROBENCH_STD = "MicroBench Std Duration(us)"
+MICROBENCH_SAMPLES = "MicroBench Samples"
+MICROBENCH_BACKEND = "MicroBench Backend"
+MICROBENCH_TIMESTAMP = "MicroBench Timestamp"
+MICROBENCH_KERNELS = "MicroBench Kernels"
+ROW_ORIGIN = "Row Origin"
+ADDED_COLUMNS: tuple[str, ...] = (
+    MICROBENCH_MEDIAN,
+    MICROBENCH_MIN,
+    MICROBENCH_STD,
+    MICROBENCH_SAMPLES,
+    MICROBENCH_BACKEND,
+    MICROBENCH_TIMESTAMP,
+    MICROBENCH_KERNELS,
+    ROW_ORIGIN,
+)
+
+# Lookup order of a simulator: microbench first, then the profiled average, then a raw duration.
+DURATION_PREFERENCE: tuple[str, ...] = (MICROBENCH_AVERAGE, PROFILING_AVERAGE, RAW_DURATION)
+
+
+def microbench_counter_column(counter: str) -> str:
+    return f"{MICROBENCH_COUNTER_PREFIX}{counter}"
+
+
+def profiling_counter_column(counter: str) -> str:
+    return f"{PROFILING_COUNTER_PREFIX}{counter}"
+
+
+def ensure_microbench_average_column(table: CsvTable) -> None:
+    """Insert ``Average Duration(us)`` before the profiling duration columns (or after identity)."""
+    if table.has_column(MICROBENCH_AVERAGE):
+        return
+    for anchor in (PROFILING_AVERAGE, RAW_DURATION):
+        if table.has_column(anchor):
+            table.insert_column(MICROBENCH_AVERAGE, table.index(anchor))
+            return
+    last_identity = max((table.index(c) for c in IDENTITY_COLUMNS if table.has_column(c)), default=-1)
+    table.insert_column(MICROBENCH_AVERAGE, last_identity + 1)
+
+
+def ensure_microbench_counter_column(table: CsvTable, counter: str) -> str:
+    """Insert ``MicroBench <counter>`` before ``Profiling Average <counter>`` (or at the end)."""
+    name = microbench_counter_column(counter)
+    if not table.has_column(name):
+        anchor = profiling_counter_column(counter)
+        table.insert_column(name, table.index(anchor) if table.has_column(anchor) else None)
+    return name
+
+
+def ensure_added_columns(table: CsvTable, names: tuple[str, ...] = ADDED_COLUMNS) -> None:
+    for name in names:
+        if not table.has_column(name):
+            table.insert_column(name)
+
+
+def parse_duration(value: str) -> float | None:
+    """A positive, finite duration from a cell, or None for empty / N/A / zero / junk."""
+    text = value.strip().strip('"').strip()
+    if not text:
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    if number != number or number in (float("inf"), float("-inf")) or number <= 0:
+        return None
+    return number
+
+
+def row_has_valid_duration(table: CsvTable, row: int) -> bool:
+    return any(parse_duration(table.get(row, column)) is not None for column in DURATION_PREFERENCE)
+
+
+def format_number(value: float, digits: int = 3) -> str:
+    """Compact fixed-point text: 12.5 -> '12.5', 3.0 -> '3', 0.0004 -> '0' at 3 digits."""
+    text = f"{value:.{digits}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text

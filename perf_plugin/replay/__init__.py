@@ -1,0 +1,1 @@
+"""Kernel replays: one OpReplay per kernel type, looked up through the registry."""

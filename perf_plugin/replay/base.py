@@ -1,0 +1,84 @@
+"""The replay protocol: build inputs from a row, run the op, compare with a reference.
+
+A replay is one class per kernel family, registered for the kernel types it can replay.  The
+harness (``perf_plugin.replay.runner``) owns the lifecycle: ``check`` at collection (cheap, no
+allocation), ``make_inputs`` once per case, ``run`` once for verification against
+``reference``, then the warm-up and timed repeats of ``run``.  Replays never time anything
+themselves.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from perf_plugin.replay.tensors import KernelRow, TensorSpec, random_tensor
+
+if TYPE_CHECKING:
+    import torch
+
+
+class CaseBuildError(Exception):
+    """The row cannot become a replay case (unsupported pattern, inconsistent shapes...)."""
+
+
+# Relative-error thresholds ||out - ref|| / ||ref|| by output dtype.  Float32 on GPUs runs
+# without TF32 for matmul (torch's default), so 1e-4 covers accumulation-order differences;
+# half-precision thresholds follow the rounding of one bf16/fp16 output element.
+RELATIVE_TOLERANCE: dict[str, float] = {
+    "FLOAT": 1e-4,
+    "FLOAT32": 1e-4,
+    "DOUBLE": 1e-10,
+    "FLOAT64": 1e-10,
+    "FLOAT16": 2e-3,
+    "BF16": 1.6e-2,
+}
+
+
+class OpReplay(ABC):
+    """Base class of kernel replays.
+
+    Subclasses set ``kernel_types`` and implement ``make_inputs`` and ``run``; ``check`` raises
+    CaseBuildError for rows the replay cannot reproduce; ``reference`` defaults to ``run`` on
+    float64 CPU copies of the inputs, which suits every op whose math is dtype-generic.
+    """
+
+    kernel_types: ClassVar[tuple[str, ...]] = ()
+
+    def check(self, row: KernelRow) -> None:
+        """Raise CaseBuildError if the row cannot be replayed.  Must not allocate tensors."""
+
+    @abstractmethod
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        """Build the op's arguments (tensors and host values) once per case."""
+
+    @abstractmethod
+    def run(self, *args: Any) -> "torch.Tensor | tuple[torch.Tensor, ...]":
+        """Run the op once; must return its outputs (aligned with the row's present outputs)."""
+
+    def reference(self, *args: Any) -> "torch.Tensor | tuple[torch.Tensor, ...]":
+        return self.run(*[_to_reference(a) for a in args])
+
+    def tolerance(self, output: TensorSpec) -> float:
+        return RELATIVE_TOLERANCE.get(output.dtype, 0.0)
+
+    def expected_outputs(self, row: KernelRow) -> Sequence[TensorSpec]:
+        """The row's output slots this replay produces (all present outputs by default)."""
+        return row.present_outputs
+
+    # helpers for subclasses -----------------------------------------------------------
+    @staticmethod
+    def random(spec: TensorSpec, device: "torch.device", generator: "torch.Generator", **kw: Any) -> "torch.Tensor":
+        return random_tensor(spec, device, generator, **kw)
+
+
+def _to_reference(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        value = value.detach().to("cpu")
+        return value.double() if value.is_floating_point() else value.clone()
+    return value

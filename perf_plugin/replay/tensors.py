@@ -1,0 +1,158 @@
+"""Tensor specs from database rows, and random tensors built from them.
+
+Dtype spellings follow the real Ascend profiler files (``DT_BF16``, ``FLOAT``, ``FLOAT16``,
+``INT64`` ...) and are normalised by ``perf_plugin.database.signature.normalise_dtype``; CUDA and
+CPU databases written by this project use the same names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Mapping
+
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.shapes import Shape, numel, parse_shape_cell, split_slots
+from perf_plugin.database.signature import normalise_dtype, normalise_format
+
+if TYPE_CHECKING:  # torch is imported lazily: collection and ingest must not pay for it
+    import torch
+
+# normalised dtype name -> (torch dtype attribute, element size in bytes)
+DTYPES: Mapping[str, tuple[str, int]] = MappingProxyType(
+    {
+        "FLOAT": ("float32", 4),
+        "FLOAT32": ("float32", 4),
+        "FP32": ("float32", 4),
+        "FLOAT16": ("float16", 2),
+        "FP16": ("float16", 2),
+        "HALF": ("float16", 2),
+        "BF16": ("bfloat16", 2),
+        "BFLOAT16": ("bfloat16", 2),
+        "DOUBLE": ("float64", 8),
+        "FLOAT64": ("float64", 8),
+        "INT8": ("int8", 1),
+        "UINT8": ("uint8", 1),
+        "INT16": ("int16", 2),
+        "INT32": ("int32", 4),
+        "INT64": ("int64", 8),
+        "BOOL": ("bool", 1),
+        "COMPLEX64": ("complex64", 8),
+    }
+)
+FLOATING = frozenset({"FLOAT", "FLOAT32", "FP32", "FLOAT16", "FP16", "HALF", "BF16", "BFLOAT16", "DOUBLE", "FLOAT64"})
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One slot of a row: shape (None for an empty slot), normalised dtype and format."""
+
+    shape: Shape | None
+    dtype: str
+    format: str = ""
+
+    @property
+    def present(self) -> bool:
+        return self.shape is not None
+
+    @property
+    def numel(self) -> int:
+        return numel(self.shape) if self.shape is not None else 0
+
+    @property
+    def nbytes(self) -> int:
+        if self.shape is None or self.dtype not in DTYPES:
+            return 0
+        return self.numel * DTYPES[self.dtype][1]
+
+    def torch_dtype(self) -> "torch.dtype":
+        import torch
+
+        try:
+            return getattr(torch, DTYPES[self.dtype][0])
+        except KeyError:
+            raise DatabaseError(f"unknown dtype {self.dtype!r}") from None
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """What a replay sees of a database row: its kernel type and parsed tensor slots."""
+
+    kernel_type: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    attrs: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def present_inputs(self) -> tuple[TensorSpec, ...]:
+        return tuple(s for s in self.inputs if s.present)
+
+    @property
+    def present_outputs(self) -> tuple[TensorSpec, ...]:
+        return tuple(s for s in self.outputs if s.present)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.inputs) + sum(s.nbytes for s in self.outputs)
+
+
+_COLUMNS = {
+    "inputs": ("Input Shapes", "Input Data Types", "Input Formats"),
+    "outputs": ("Output Shapes", "Output Data Types", "Output Formats"),
+}
+
+
+def _specs(row: Mapping[str, str], side: str) -> tuple[TensorSpec, ...]:
+    shape_col, dtype_col, format_col = _COLUMNS[side]
+    try:
+        shapes = parse_shape_cell(row.get(shape_col, ""))
+    except DatabaseError as exc:
+        raise exc.located(column=shape_col) from None
+    dtypes = [normalise_dtype(t) for t in split_slots(row.get(dtype_col, ""))]
+    formats = [normalise_format(t) for t in split_slots(row.get(format_col, ""))]
+    specs = []
+    for i, shape in enumerate(shapes):
+        dtype = dtypes[i] if i < len(dtypes) else ""
+        if shape is not None:
+            if not dtype:
+                raise DatabaseError(f"slot {i} has a shape but no data type", column=dtype_col)
+            if dtype not in DTYPES:
+                raise DatabaseError(
+                    f"unknown dtype {dtype!r} in slot {i} (known: {', '.join(sorted(DTYPES))})",
+                    column=dtype_col,
+                )
+        specs.append(TensorSpec(shape, dtype, formats[i] if i < len(formats) else ""))
+    return tuple(specs)
+
+
+def kernel_row_from_cells(kernel_type: str, row: Mapping[str, str]) -> KernelRow:
+    """Parse a row's identity cells; raises DatabaseError naming the column on bad input."""
+    return KernelRow(kernel_type, _specs(row, "inputs"), _specs(row, "outputs"), dict(row))
+
+
+def random_tensor(
+    spec: TensorSpec,
+    device: "torch.device | str",
+    generator: "torch.Generator | None" = None,
+    *,
+    low: int = 1,
+    high: int = 100,
+) -> "torch.Tensor":
+    """Fresh random values, never zeros: floats ~ N(0, 1) shifted away from 0, ints in [low, high)."""
+    import torch
+
+    if spec.shape is None:
+        raise DatabaseError("cannot build a tensor for an empty slot")
+    dtype = spec.torch_dtype()
+    if spec.dtype in FLOATING:
+        # Generated on the target device (the generator must live there too); uniform in
+        # +-[0.5, 1.5] keeps every element away from zero and bounded.
+        values = torch.rand(spec.shape, generator=generator, device=device, dtype=torch.float32)
+        values.add_(0.5)
+        signs = torch.randint(0, 2, spec.shape, generator=generator, device=device, dtype=torch.int8)
+        values.mul_(signs.mul_(2).sub_(1))
+        del signs
+        return values if dtype == torch.float32 else values.to(dtype)
+    if spec.dtype == "BOOL":
+        return torch.randint(0, 2, spec.shape, generator=generator, device=device).bool()
+    return torch.randint(low, high, spec.shape, generator=generator, device=device, dtype=dtype)
