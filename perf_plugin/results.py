@@ -89,3 +89,72 @@ class SampleStats:
             std=statistics.pstdev(values) if len(values) > 1 else 0.0,
             count=len(values),
         )
+
+
+@dataclass(frozen=True)
+class QuarantinedRow:
+    """A database row that could not become a replay case, and why."""
+
+    csv_file: str
+    row_line: int | None
+    reason: str
+    kernel_type: str = ""
+
+
+@dataclass
+class FileWriteback:
+    """What write-back did to one CSV file."""
+
+    csv_file: str
+    rows_updated: int = 0
+    rows_appended: int = 0
+    rows_pruned: int = 0
+    rows_quarantined: int = 0
+    unmatched_samples: list[str] = field(default_factory=list)  # case ids with no matching row
+    written: bool = False
+
+
+@dataclass
+class GapRow:
+    """Microbench vs profiling duration of one row, for the gap report."""
+
+    csv_file: str
+    row_line: int | None
+    signature_key: str
+    microbench_us: float | None
+    profiling_us: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.microbench_us is None or not self.profiling_us:
+            return None
+        return self.microbench_us / self.profiling_us
+
+    @property
+    def flagged(self) -> bool:
+        ratio = self.ratio
+        return ratio is not None and not (0.8 <= ratio <= 1.2)
+
+
+@dataclass
+class RunSummary:
+    """Everything the reports need about one `pytest bench` run (built on the controller)."""
+
+    started_at: str  # ISO 8601, UTC
+    elapsed_s: float
+    backend: str
+    device_name: str
+    database_dir: str
+    update_mode: str
+    repeat_count: int
+    warmup_count: int
+    command: list[str]
+    results: list[CaseResult] = field(default_factory=list)
+    files: list[FileWriteback] = field(default_factory=list)
+    quarantined: list[QuarantinedRow] = field(default_factory=list)
+    gaps: list[GapRow] = field(default_factory=list)
+    device_ids: list[int] = field(default_factory=list)
+    max_concurrency: int = 1
+    env: dict[str, Any] = field(default_factory=dict)
+    coverage_min: float | None = None
+    coverage: float | None = None
