@@ -43,6 +43,10 @@ class CaseResult:
     # all replay through torch.mm; on an NPU the measurement goes to the reported type's CSV).
     reported_kernel_type: str | None = None
     counters: dict[str, float] = field(default_factory=dict)
+    # Identity cells of the measured kernel (OP State ... Output Formats), for appending a row
+    # when a measurement matches no row (update mode ``all``); empty for in-process results,
+    # which always come from a row.
+    identity: dict[str, str] = field(default_factory=dict)
 
     @property
     def has_duration(self) -> bool:
@@ -99,6 +103,7 @@ class QuarantinedRow:
     row_line: int | None
     reason: str
     kernel_type: str = ""
+    signature_key: str = ""  # guards against the file having changed since collection
 
 
 @dataclass

@@ -100,3 +100,12 @@ def list_kernel_csvs(directory: str | Path) -> list[Path]:
         for p in base.glob("*.csv")
         if not p.name.startswith(".") and not p.name.endswith(".quarantine.csv")
     )
+
+
+# The CPU database shipped with the repository.  A device whose derived directory does not exist
+# yet starts from this sample's shapes (identity columns only).
+SHIPPED_SAMPLE_PARTS = ("CPU_X86_64", "torch", "torch2.13.0")
+
+
+def shipped_sample_dir(root: str | Path) -> Path:
+    return Path(root).joinpath(*SHIPPED_SAMPLE_PARTS)

@@ -1,7 +1,7 @@
 """Shape, dtype and format cells: ``;`` separates tensor slots, ``,`` separates dimensions.
 
 Real profiler files write shape cells with quotes inside the value (the CSV text
-``"""4096,1024"""`` reads as the value ``"4096,1024"``); hand-written databases use the plain
+``\"\"\"4096,1024\"\"\"`` reads as the value ``"4096,1024"``); hand-written databases use the plain
 value ``4096,1024``.  Both read the same; ``QuoteStyle`` remembers which one a file uses so that
 cells we write match their neighbours.  Empty slots (optional inputs, scalars) are kept: the
 number of slots means something to the kernel.

@@ -1,0 +1,60 @@
+"""What the harness needs to know about a device kind, behind one small interface."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Backend(ABC):
+    """One device kind: CPU, CUDA or an Ascend NPU.
+
+    ``name`` is what users pass to ``--backend``; ``stack`` and ``version_dir`` feed the database
+    directory contract; ``ccl`` names the collective library directory.
+    """
+
+    name: str = ""
+    ccl: str = ""
+    visible_devices_var: str | None = None
+    # The collector kind that measures this backend: "torch" (in process) or "msprof" (whole run).
+    collector: str = "torch"
+
+    def __init__(self, index: int = 0) -> None:
+        self.index = index
+
+    @abstractmethod
+    def torch_device(self) -> "torch.device": ...
+
+    @abstractmethod
+    def device_name(self) -> str:
+        """Hardware name used as the ``{device}`` directory (already sanitised)."""
+
+    @abstractmethod
+    def accelerator_version(self) -> tuple[str, str] | None:
+        """(label, version) of the accelerator stack for the version directory, e.g. ('cuda', '13.0')."""
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (no-op on the CPU)."""
+
+    def free_memory_bytes(self) -> int | None:
+        """Free device memory, or None when unknown."""
+        return None
+
+    def empty_cache(self) -> None:
+        """Return cached device memory to the driver between cases where that helps."""
+
+    def peak_memory_bytes(self) -> int | None:
+        return None
+
+    def generator(self, seed: int) -> "torch.Generator":
+        import torch
+
+        generator = torch.Generator(device=self.torch_device())
+        generator.manual_seed(seed)
+        return generator
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.device_name()})"

@@ -1,0 +1,59 @@
+"""The CUDA backend: kernels timed from CUPTI activity records through torch.profiler."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from perf_plugin.backends.base import Backend
+from perf_plugin.database.paths import sanitise_device_name
+
+if TYPE_CHECKING:
+    import torch
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    ccl = "nccl"
+    visible_devices_var = "CUDA_VISIBLE_DEVICES"
+
+    @staticmethod
+    def available() -> bool:
+        import torch
+
+        return torch.cuda.is_available()
+
+    def torch_device(self) -> "torch.device":
+        import torch
+
+        return torch.device("cuda", self.index)
+
+    def device_name(self) -> str:
+        import torch
+
+        return sanitise_device_name(torch.cuda.get_device_name(self.index))
+
+    def accelerator_version(self) -> tuple[str, str] | None:
+        import torch
+
+        return ("cuda", torch.version.cuda or "unknown")
+
+    def synchronize(self) -> None:
+        import torch
+
+        torch.cuda.synchronize(self.index)
+
+    def free_memory_bytes(self) -> int | None:
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(self.index)
+        return int(free)
+
+    def empty_cache(self) -> None:
+        import torch
+
+        torch.cuda.empty_cache()
+
+    def peak_memory_bytes(self) -> int | None:
+        import torch
+
+        return int(torch.cuda.max_memory_allocated(self.index))

@@ -1,0 +1,98 @@
+"""The Ascend NPU backend (torch_npu), imported lazily.
+
+Never run on a device by this project's CI: it is written against torch_npu's public API
+(``torch.npu.*`` after ``import torch_npu``) and exercised only through what runs without the
+device.  Timing on an NPU comes from msprof's ``op_summary`` (the whole pytest session runs under
+``msprof``), so this backend selects the ``msprof`` collector.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from perf_plugin.backends.base import Backend
+from perf_plugin.database.paths import DEFAULT_ASCEND_DEVICE
+
+if TYPE_CHECKING:
+    import torch
+
+
+def import_torch_npu():  # type: ignore[no-untyped-def]
+    """Import torch_npu or raise a clear error (no traceback for a missing optional package)."""
+    try:
+        import torch_npu  # noqa: F401  (registers the 'npu' device with torch)
+    except ImportError as exc:
+        raise RuntimeError(
+            "the npu backend needs torch_npu (pip install torch_npu matching your torch and CANN)"
+        ) from exc
+    return torch_npu
+
+
+class NpuBackend(Backend):
+    name = "npu"
+    ccl = "hccl"
+    visible_devices_var = "ASCEND_RT_VISIBLE_DEVICES"
+    collector = "msprof"
+
+    def __init__(self, index: int = 0, device_label: str = DEFAULT_ASCEND_DEVICE) -> None:
+        super().__init__(index)
+        self.device_label = device_label
+
+    @staticmethod
+    def available() -> bool:
+        try:
+            import_torch_npu()
+            import torch
+
+            return bool(torch.npu.is_available())  # type: ignore[attr-defined]
+        except Exception:
+            return False
+
+    def torch_device(self) -> "torch.device":
+        import_torch_npu()
+        import torch
+
+        return torch.device(f"npu:{self.index}")
+
+    def device_name(self) -> str:
+        # Ascend databases are named by deployment label (e.g. ATLAS_800_A3_752T_128G_DIE), which
+        # the chip name (torch.npu.get_device_name -> 'Ascend910_9392') does not give.
+        return self.device_label
+
+    def accelerator_version(self) -> tuple[str, str] | None:
+        return ("cann", cann_version() or "unknown")
+
+    def synchronize(self) -> None:
+        import torch
+
+        torch.npu.synchronize()  # type: ignore[attr-defined]
+
+    def free_memory_bytes(self) -> int | None:
+        import torch
+
+        free, _total = torch.npu.mem_get_info(self.index)  # type: ignore[attr-defined]
+        return int(free)
+
+    def empty_cache(self) -> None:
+        import torch
+
+        torch.npu.empty_cache()  # type: ignore[attr-defined]
+
+
+def cann_version() -> str | None:
+    """CANN version from the toolkit's version.info (``Version=8.5.0``), if installed."""
+    home = os.environ.get("ASCEND_TOOLKIT_HOME") or os.environ.get("ASCEND_HOME_PATH")
+    candidates = [home] if home else []
+    candidates.append("/usr/local/Ascend/ascend-toolkit/latest")
+    for base in candidates:
+        for name in ("version.info", os.path.join("compiler", "version.info")):
+            path = os.path.join(base, name)
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    for line in handle:
+                        if line.startswith("Version="):
+                            return line.split("=", 1)[1].strip()
+            except OSError:
+                continue
+    return None

@@ -1,0 +1,32 @@
+"""Choose the backend: ``--backend auto`` prefers an NPU, then CUDA, then the CPU."""
+
+from __future__ import annotations
+
+from perf_plugin.backends.base import Backend
+from perf_plugin.backends.cpu import CpuBackend
+from perf_plugin.backends.cuda import CudaBackend
+from perf_plugin.backends.npu import NpuBackend
+
+BACKEND_CHOICES = ("auto", "cpu", "cuda", "npu")
+
+
+def resolve_backend(choice: str, index: int = 0, ascend_device: str | None = None) -> Backend:
+    if choice not in BACKEND_CHOICES:
+        raise ValueError(f"unknown backend {choice!r} (choose from {', '.join(BACKEND_CHOICES)})")
+    if choice == "auto":
+        if NpuBackend.available():
+            choice = "npu"
+        elif CudaBackend.available():
+            choice = "cuda"
+        else:
+            choice = "cpu"
+    if choice == "cpu":
+        return CpuBackend(index)
+    if choice == "cuda":
+        if not CudaBackend.available():
+            raise RuntimeError("--backend cuda was asked for, but torch sees no CUDA device")
+        return CudaBackend(index)
+    backend = NpuBackend(index, ascend_device) if ascend_device else NpuBackend(index)
+    if not NpuBackend.available():
+        raise RuntimeError("--backend npu was asked for, but torch_npu is missing or sees no NPU")
+    return backend

@@ -1,0 +1,187 @@
+"""Database rows -> frozen Case objects -> ``pytest.param`` with stable, readable ids.
+
+Every row of every selected CSV becomes exactly one case.  Rows that cannot become a replay
+case (malformed shape, unknown dtype, a pattern the replay rejects) become *quarantined* cases:
+they are still parametrized, shown as skipped with the reason, and moved to a quarantine file at
+write-back.  Rows whose kernel type has no replay are skipped with that reason and counted by the
+coverage gate.  Ids name the kernel type, shapes and dtypes (``MatMulV3-4096x1024,1024x3584-BF16``)
+and never the row index alone; duplicate signatures in one file get ``#2``, ``#3`` suffixes in
+file order, so ids are stable as long as the file's rows are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.kernel_types import validate_kernel_type
+from perf_plugin.database.paths import list_kernel_csvs
+from perf_plugin.database.schema import REQUIRED_IDENTITY_COLUMNS, row_has_valid_duration
+from perf_plugin.database.signature import row_signature, signature_text
+from perf_plugin.database.table import CsvTable
+from perf_plugin.replay.base import CaseBuildError, OpReplay
+from perf_plugin.replay.tensors import KernelRow, kernel_row_from_cells
+
+STATUS_READY = "ready"
+STATUS_QUARANTINED = "quarantined"  # row is bad or unreplayable: moved aside at write-back
+STATUS_NO_REPLAY = "no-replay"  # kernel type has no replay: skipped, counted by coverage
+STATUS_FILLED = "filled"  # update-mode missing-only and the row already has a duration
+STATUS_FILE_ERROR = "file-error"  # the whole file is unusable (missing columns): skipped, untouched
+
+MAX_ID_LENGTH = 120
+
+
+@dataclass(frozen=True)
+class Case:
+    case_id: str
+    kernel_type: str
+    csv_file: str
+    row_line: int | None
+    signature_key: str
+    status: str
+    reason: str = ""
+    row: KernelRow | None = None
+
+    @property
+    def runnable(self) -> bool:
+        return self.status == STATUS_READY
+
+
+@dataclass
+class CaseSet:
+    cases: list[Case] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)  # one line per file-level problem
+
+    def by_status(self, status: str) -> list[Case]:
+        return [c for c in self.cases if c.status == status]
+
+
+def _slot_text(cell: str) -> str:
+    from perf_plugin.database.shapes import split_slots
+
+    slots = [s.strip().replace(",", "x") or "_" for s in split_slots(cell)]
+    while slots and slots[-1] == "_":
+        slots.pop()
+    return ",".join(slots) or "scalar"
+
+
+def _dtype_text(cell: str) -> str:
+    from perf_plugin.database.shapes import split_slots
+    from perf_plugin.database.signature import normalise_dtype
+
+    tokens = [normalise_dtype(t) for t in split_slots(cell)]
+    tokens = [t for t in tokens if t]
+    distinct: list[str] = []
+    for token in tokens:
+        if token not in distinct:
+            distinct.append(token)
+    return ",".join(distinct) or "none"
+
+
+def make_case_id(kernel_type: str, cells: dict[str, str]) -> str:
+    inputs = _slot_text(cells.get("Input Shapes", ""))
+    outputs = _slot_text(cells.get("Output Shapes", ""))
+    case_id = (
+        f"{kernel_type}-{inputs}-{_dtype_text(cells.get('Input Data Types', ''))}"
+        f"-to-{outputs}-{_dtype_text(cells.get('Output Data Types', ''))}"
+    )
+    if len(case_id) > MAX_ID_LENGTH:
+        digest = hashlib.sha1(case_id.encode()).hexdigest()[:8]
+        case_id = f"{case_id[: MAX_ID_LENGTH - 9]}~{digest}"
+    return case_id
+
+
+def _row_case(
+    kernel_type: str,
+    table: CsvTable,
+    index: int,
+    replay: OpReplay | None,
+    update_mode: str,
+) -> tuple[Case, str]:
+    cells = table.row_dict(index)
+    line = table.line_of(index)
+    base_id = make_case_id(kernel_type, cells)
+    csv_file = table.path.name if table.path else f"{kernel_type}.csv"
+    signature_key = signature_text(row_signature(kernel_type, cells))
+
+    def case(status: str, reason: str = "", row: KernelRow | None = None) -> Case:
+        return Case(base_id, kernel_type, csv_file, line, signature_key, status, reason, row)
+
+    try:
+        row = kernel_row_from_cells(kernel_type, cells)
+    except DatabaseError as exc:
+        located = exc.located(path=table.path, row=line)
+        return case(STATUS_QUARANTINED, located.describe()), base_id
+    if not row.present_inputs and not row.present_outputs:
+        reason = DatabaseError("row has no input or output shapes", path=table.path, row=line).describe()
+        return case(STATUS_QUARANTINED, reason), base_id
+    if update_mode == "missing-only" and row_has_valid_duration(table, index):
+        return case(STATUS_FILLED, "row already has a duration (update mode missing-only)", row), base_id
+    if replay is None:
+        return case(STATUS_NO_REPLAY, f"no replay for kernel type {kernel_type}", row), base_id
+    try:
+        replay.check(row)
+    except CaseBuildError as exc:
+        reason = DatabaseError(f"replay cannot be built: {exc}", path=table.path, row=line).describe()
+        return case(STATUS_QUARANTINED, reason, row), base_id
+    return case(STATUS_READY, "", row), base_id
+
+
+def load_case_set(
+    directory: Path,
+    replay_lookup: Callable[[str], OpReplay | None],
+    update_mode: str = "all",
+    csv_files: Iterable[Path] | None = None,
+) -> CaseSet:
+    """Read every compute CSV of ``directory`` and turn each row into a Case."""
+    result = CaseSet()
+    for path in csv_files if csv_files is not None else list_kernel_csvs(directory):
+        kernel_type = path.stem
+        try:
+            validate_kernel_type(kernel_type)
+            table = CsvTable.read(path)
+        except DatabaseError as exc:
+            result.messages.append(exc.located(path=path).describe())
+            continue
+        missing = [c for c in REQUIRED_IDENTITY_COLUMNS if not table.has_column(c)]
+        if missing:
+            error = DatabaseError(
+                f"missing identity column(s) {', '.join(repr(m) for m in missing)}; rows skipped, file left as it is",
+                path=path,
+                column=missing[0],
+            )
+            result.messages.append(error.describe())
+            for index in range(len(table)):
+                if table.is_blank(index):
+                    continue
+                line = table.line_of(index)
+                result.cases.append(
+                    Case(f"{kernel_type}-line{line}", kernel_type, path.name, line, "", STATUS_FILE_ERROR, error.describe())
+                )
+            continue
+        replay = replay_lookup(kernel_type)
+        seen: dict[str, int] = {}
+        for index in range(len(table)):
+            if table.is_blank(index):
+                continue
+            case, base_id = _row_case(kernel_type, table, index, replay, update_mode)
+            seen[base_id] = seen.get(base_id, 0) + 1
+            if seen[base_id] > 1:
+                case = Case(**{**case.__dict__, "case_id": f"{base_id}#{seen[base_id]}"})
+            result.cases.append(case)
+    return result
+
+
+def as_params(case_set: CaseSet) -> list["pytest.ParameterSet"]:
+    params = []
+    for case in case_set.cases:
+        marks = [pytest.mark.kernel_type(case.kernel_type)]
+        if not case.runnable:
+            marks.append(pytest.mark.skip(reason=f"{case.status}: {case.reason}"))
+        params.append(pytest.param(case, id=case.case_id, marks=marks))
+    return params

@@ -1,0 +1,130 @@
+"""Session-end work on the controlling process: write-back, reports, the coverage gate.
+
+Plain functions over ``RunState`` so they can be tested without running pytest.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from perf_plugin.cases import STATUS_QUARANTINED
+from perf_plugin.coverage import coverage_by_kernel, format_coverage, overall_fraction
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.results import CaseResult, QuarantinedRow, RunSummary
+from perf_plugin.session import RunState
+from perf_plugin.writeback import WritebackRequest, write_back
+
+
+@dataclass
+class FinishOutcome:
+    lines: list[str] = field(default_factory=list)
+    coverage_failed: bool = False
+    writeback_failed: bool = False
+
+
+def _timestamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d_%H%M%S")
+
+
+def merged_results(state: RunState) -> list[CaseResult]:
+    """One result per case: a measurement for a case that failed on another phase keeps the failure."""
+    return [state.results[k] for k in sorted(state.results)]
+
+
+def quarantined_rows(state: RunState) -> list[QuarantinedRow]:
+    return [
+        QuarantinedRow(r.csv_file, r.row_line, r.reason, r.kernel_type, r.signature_key)
+        for r in state.records.values()
+        if r.status == STATUS_QUARANTINED
+    ]
+
+
+def build_summary(state: RunState, command: list[str]) -> RunSummary:
+    settings = state.settings
+    return RunSummary(
+        started_at=datetime.fromtimestamp(state.started, timezone.utc).isoformat(timespec="seconds"),
+        elapsed_s=round(time.perf_counter() - state.started_perf, 3),
+        backend=state.backend_name,
+        device_name=state.device_name,
+        database_dir=str(state.location.directory),
+        update_mode=settings.update_mode,
+        repeat_count=settings.repeat_count,
+        warmup_count=settings.warmup_count,
+        command=command,
+        results=merged_results(state),
+        quarantined=quarantined_rows(state),
+        max_concurrency=max(state.workers, 1),
+        coverage_min=settings.replay_coverage_min,
+    )
+
+
+def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None = None) -> FinishOutcome:
+    outcome = FinishOutcome()
+    records = list(state.records.values())
+    table = coverage_by_kernel(records)
+    fraction = overall_fraction(table, collect_only)
+    minimum = state.settings.replay_coverage_min
+    if minimum is not None:
+        what = "have a replay" if collect_only else "replayed and passed"
+        verdict = "below" if fraction < minimum else "meets"
+        outcome.lines.append(
+            f"replay coverage: {100 * fraction:.1f}% of {len(records)} selected rows {what}"
+            f" ({verdict} --replay-coverage-min {minimum:g})"
+        )
+        if fraction < minimum:
+            outcome.coverage_failed = True
+            outcome.lines.extend(format_coverage(table, collect_only))
+    if collect_only or not records:
+        return outcome
+
+    summary = build_summary(state, command or sys.argv)
+    summary.coverage = fraction
+    timestamp = _timestamp()
+    if not state.settings.no_writeback:
+        request = WritebackRequest(
+            directory=state.location.directory,
+            update_mode=state.settings.update_mode,
+            prune_empty_duration_rows=state.settings.prune_empty_duration_rows,
+            timestamp=timestamp,
+            lock_timeout=state.settings.lock_timeout,
+        )
+        try:
+            files, gaps = write_back(
+                request, summary.results, summary.quarantined, scope={r.csv_file for r in records}
+            )
+        except (DatabaseError, OSError) as exc:
+            outcome.writeback_failed = True
+            outcome.lines.append(f"write-back failed, database left as it was: {exc}")
+            files, gaps = [], []
+        summary.files, summary.gaps = files, gaps
+        written = [f for f in files if f.written]
+        outcome.lines.append(
+            f"write-back ({state.settings.update_mode}): {len(written)} file(s) written, "
+            f"{sum(f.rows_updated for f in files)} rows updated, {sum(f.rows_appended for f in files)} appended, "
+            f"{sum(f.rows_quarantined for f in files)} quarantined, {sum(f.rows_pruned for f in files)} pruned"
+        )
+    summary.env = _env_spec(state.backend_name)
+    try:
+        paths = _write_reports(state.location.reports_dir, summary, timestamp)
+        outcome.lines.extend(f"report: {p}" for p in paths)
+    except OSError as exc:
+        outcome.lines.append(f"reports could not be written: {exc}")
+    return outcome
+
+
+def _env_spec(backend: str) -> dict:
+    try:
+        from perf_plugin.report.environment import collect_env_spec
+    except ImportError:
+        return {}
+    return collect_env_spec(backend)
+
+
+def _write_reports(reports_dir: Path, summary: RunSummary, timestamp: str) -> list[Path]:
+    from perf_plugin.report.writer import write_reports
+
+    return write_reports(reports_dir, summary, timestamp)

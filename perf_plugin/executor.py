@@ -1,0 +1,45 @@
+"""The object behind the ``perf_runner`` fixture: runs a case and turns outcomes into pytest's.
+
+It lives in each process that runs tests.  Failures become CaseResults immediately (in the
+outbox); measurements arrive from the collector in batches.  Both are attached to test reports
+by the plugin, so they reach the controller under pytest-xdist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from perf_plugin.cases import Case
+from perf_plugin.replay.runner import CaseFailure, CaseSkip, ReplayRunner
+from perf_plugin.results import OUTCOME_FAILED, CaseResult
+from perf_plugin.session import RunState
+
+
+@dataclass
+class CaseExecutor:
+    state: RunState
+    runner: ReplayRunner
+
+    def replay(self, case: Case) -> None:
+        if not case.runnable:
+            pytest.skip(f"{case.status}: {case.reason}")
+        try:
+            self.runner.run(case)
+        except CaseSkip as exc:
+            pytest.skip(str(exc))
+        except CaseFailure as exc:
+            self.state.outbox.append(
+                CaseResult(
+                    case_id=case.case_id,
+                    kernel_type=case.kernel_type,
+                    csv_file=case.csv_file,
+                    row_line=case.row_line,
+                    signature_key=case.signature_key,
+                    outcome=OUTCOME_FAILED,
+                    reason=str(exc),
+                    backend=self.runner.backend.name,
+                )
+            )
+            pytest.fail(f"{case.case_id}: {exc}", pytrace=False)

@@ -1,0 +1,180 @@
+"""Command-line options, ini keys and environment variables, resolved into one frozen Settings.
+
+Precedence: command-line option > environment variable > ini key > default.  Every option has
+an environment variable ``PERF_<NAME>`` and an ini key ``perf_<name>`` (dashes as underscores);
+``MSMODELING_OP_REPLAY_REPEAT_COUNT`` is honoured for the repeat count, as the seed's tools did.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from perf_plugin.backends.select import BACKEND_CHOICES
+
+GROUP_NAME = "perf"
+GROUP_DESCRIPTION = "operator performance lab"
+UPDATE_MODES = ("all", "missing-only")
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    name: str  # the long option without dashes, e.g. "repeat-count"
+    help: str
+    default: Any = None
+    kind: Callable[[str], Any] = str
+    choices: tuple[str, ...] | None = None
+    flag: bool = False
+    env_aliases: tuple[str, ...] = ()
+
+    @property
+    def dest(self) -> str:
+        return "perf_" + self.name.replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return "PERF_" + self.name.replace("-", "_").upper()
+
+    @property
+    def ini(self) -> str:
+        return "perf_" + self.name.replace("-", "_")
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{text!r} is not a fraction between 0 and 1")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{text!r} is not a positive integer")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"{text!r} is negative")
+    return value
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(f"{text!r} is not a boolean")
+
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("database-path", "database directory to replay (wins over the derived path)"),
+    OptionSpec("database-root", "root of derived database paths (default: <rootdir>/database/data)"),
+    OptionSpec("device", "device directory name (default: derived from the hardware; Ascend: ATLAS_800_A3_752T_128G_DIE)"),
+    OptionSpec("vllm-version", "vLLM version for the version directory (e.g. 0.18.0)"),
+    OptionSpec("torch-version", "torch version for the version directory (default: the running torch)"),
+    OptionSpec("cann-version", "CANN version for the version directory (Ascend, e.g. 8.5)"),
+    OptionSpec("cuda-version", "CUDA version for the version directory (default: torch.version.cuda)"),
+    OptionSpec("backend", "device backend to replay on", "auto", choices=BACKEND_CHOICES),
+    OptionSpec("update-mode", "write-back mode: all rows, or only rows with no duration", "all", choices=UPDATE_MODES),
+    OptionSpec("prune-empty-duration-rows", "remove rows that still have no valid duration after write-back", False, _bool, flag=True),
+    OptionSpec("repeat-count", "timed repeats per case", 30, _positive_int, env_aliases=("MSMODELING_OP_REPLAY_REPEAT_COUNT",)),
+    OptionSpec("warmup-count", "untimed warm-up runs per case", 5, _non_negative_int),
+    OptionSpec("prof-path", "existing msprof PROF_* directory to read instead of launching msprof (NPU)"),
+    OptionSpec("replay-coverage-min", "fail the run if fewer than this fraction of selected rows replay and pass", None, _fraction),
+    OptionSpec("profile-batch-size", "cases per in-process profiler session (results reach the controller per batch)", 32, _positive_int),
+    OptionSpec("no-writeback", "measure and report, but leave the database CSVs unchanged", False, _bool, flag=True),
+    OptionSpec("seed", "seed of the random inputs", 0, _non_negative_int),
+    OptionSpec("cold-cache", "flush the L2 cache outside the timed range before every repeat (CUDA)", False, _bool, flag=True),
+    OptionSpec("lock-timeout", "seconds to wait for another session's database lock", 60.0, float),
+)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup(GROUP_NAME, GROUP_DESCRIPTION)
+    for spec in OPTIONS:
+        help_text = f"{spec.help} [env {spec.env}; ini {spec.ini}]"
+        if spec.flag:
+            group.addoption(f"--{spec.name}", action="store_true", default=None, dest=spec.dest, help=help_text)
+        else:
+            group.addoption(
+                f"--{spec.name}",
+                action="store",
+                default=None,
+                dest=spec.dest,
+                choices=spec.choices,
+                metavar=spec.name.upper().replace("-", "_"),
+                help=help_text,
+            )
+        parser.addini(spec.ini, help=spec.help, default=None)
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_path: Path | None
+    database_root: Path
+    device: str | None
+    vllm_version: str | None
+    torch_version: str | None
+    cann_version: str | None
+    cuda_version: str | None
+    backend: str
+    update_mode: str
+    prune_empty_duration_rows: bool
+    repeat_count: int
+    warmup_count: int
+    prof_path: Path | None
+    replay_coverage_min: float | None
+    profile_batch_size: int
+    no_writeback: bool
+    seed: int
+    cold_cache: bool
+    lock_timeout: float
+
+
+def _raw_value(config: pytest.Config, spec: OptionSpec) -> tuple[Any, str] | None:
+    value = config.getoption(spec.dest, default=None)
+    if value is not None:
+        return value, f"--{spec.name}"
+    for env_name in (spec.env, *spec.env_aliases):
+        if os.environ.get(env_name, "") != "":
+            return os.environ[env_name], env_name
+    ini_value = config.getini(spec.ini)
+    if ini_value not in (None, "", []):
+        return ini_value, f"ini {spec.ini}"
+    return None
+
+
+def resolve_settings(config: pytest.Config) -> Settings:
+    """Resolve every option; a bad value raises pytest.UsageError naming where it came from."""
+    values: dict[str, Any] = {}
+    for spec in OPTIONS:
+        raw = _raw_value(config, spec)
+        if raw is None:
+            values[spec.dest[len("perf_"):]] = spec.default
+            continue
+        value, source = raw
+        if isinstance(value, str) or not spec.flag:
+            try:
+                value = spec.kind(value) if isinstance(value, str) else value
+            except ValueError as exc:
+                raise pytest.UsageError(f"{source}: {exc}") from None
+            if spec.choices and value not in spec.choices:
+                raise pytest.UsageError(f"{source}: {value!r} is not one of {', '.join(spec.choices)}")
+        values[spec.dest[len("perf_"):]] = value
+    root = values["database_root"]
+    values["database_root"] = Path(root) if root else Path(config.rootpath) / "database" / "data"
+    for key in ("database_path", "prof_path"):
+        if values[key]:
+            values[key] = Path(values[key])
+    values["prune_empty_duration_rows"] = bool(values["prune_empty_duration_rows"])
+    values["no_writeback"] = bool(values["no_writeback"])
+    values["cold_cache"] = bool(values["cold_cache"])
+    return Settings(**values)

@@ -1,0 +1,302 @@
+"""pytest hooks of the operator performance lab.  Thin: the logic lives in plain modules.
+
+Each hook says where it runs: the *controller* is the process pytest was started as; *workers*
+are pytest-xdist's worker processes; without xdist the controller also runs the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from perf_plugin import options
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.location import DeviceIdentity, describe_location, resolve_location, seed_from_sample
+from perf_plugin.results import CaseResult
+from perf_plugin.session import RUN_STATE, CaseRecord, RunState
+
+CASE_FIXTURE = "kernel_case"
+RESULTS_PROPERTY = "perf_results"
+CASE_PROPERTY = "perf_case"
+NOTES_PROPERTY = "perf_notes"
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+CONFIG_ERROR = pytest.StashKey[str]()
+
+
+# ----------------------------------------------------------------------------- options
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Both: one option group, every option also an ini key and an environment variable."""
+    options.add_options(parser)
+
+
+# ----------------------------------------------------------------------------- configure
+def _identify_device(settings: options.Settings) -> DeviceIdentity:
+    from perf_plugin.backends.select import resolve_backend
+
+    backend = resolve_backend(settings.backend, ascend_device=settings.device)
+    version = backend.accelerator_version()
+    return DeviceIdentity(backend.name, backend.device_name(), version[1] if version else None)
+
+
+def _pin_worker_device(identity: DeviceIdentity, workerinput: dict) -> None:
+    """Worker: one device per worker, chosen before the device runtime initialises."""
+    variable = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}.get(identity.backend)
+    count = int(workerinput.get("perf_device_count", 0))
+    if variable is None or count < 2:
+        return
+    worker = int(str(workerinput.get("workerid", "gw0")).lstrip("gw") or 0)
+    visible = [d for d in os.environ.get(variable, "").split(",") if d.strip()] or [str(i) for i in range(count)]
+    os.environ[variable] = visible[worker % len(visible)]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Both: markers; resolve settings, device and database directory into the run state."""
+    config.addinivalue_line("markers", "kernel_type(name): the database kernel type a replay case comes from")
+    settings = options.resolve_settings(config)
+    try:
+        if _is_worker(config):
+            workerinput = config.workerinput  # type: ignore[attr-defined]
+            if "perf_backend" not in workerinput:
+                return
+            identity = DeviceIdentity(
+                workerinput["perf_backend"], workerinput["perf_device_name"], workerinput.get("perf_accel_version")
+            )
+            _pin_worker_device(identity, workerinput)
+        else:
+            identity = _identify_device(settings)
+        location = resolve_location(settings, identity)
+    except (DatabaseError, RuntimeError, ValueError) as exc:
+        # Raised later, and only if a replay test is collected: unrelated runs must not fail.
+        config.stash[CONFIG_ERROR] = str(exc)
+        return
+    state = RunState(settings, location, identity.backend, identity.device_name)
+    config.stash[RUN_STATE] = state
+    if not _is_worker(config):
+        config.pluginmanager.register(ControllerHooks(state), "perf-controller")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:  # type: ignore[no-untyped-def]
+    """Controller (xdist): hand the resolved device to each worker."""
+    state = node.config.stash.get(RUN_STATE, None)
+    if state is None:
+        return
+    node.workerinput["perf_backend"] = state.backend_name
+    node.workerinput["perf_device_name"] = state.device_name
+    node.workerinput["perf_device_count"] = _device_count(state.backend_name)
+    state.workers += 1
+
+
+def _device_count(backend: str) -> int:
+    if backend == "cuda":
+        import torch
+
+        return torch.cuda.device_count()
+    if backend == "npu":
+        import torch
+
+        return int(torch.npu.device_count())  # type: ignore[attr-defined]
+    return 0
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Controller: where the run reads and writes."""
+    state = config.stash.get(RUN_STATE, None)
+    if state is None:
+        return []
+    lines = [
+        f"perf: backend {state.backend_name} ({state.device_name}), "
+        f"{state.settings.repeat_count} repeats after {state.settings.warmup_count} warm-up",
+        f"perf: database {describe_location(state.location)}",
+    ]
+    return lines + [f"perf: {note}" for note in state.notes]
+
+
+# ----------------------------------------------------------------------------- collection
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Both: every database row becomes one parametrized case of a test using ``kernel_case``."""
+    if CASE_FIXTURE not in metafunc.fixturenames:
+        return
+    state = metafunc.config.stash.get(RUN_STATE, None)
+    if state is None:
+        reason = metafunc.config.stash.get(CONFIG_ERROR, "no database could be resolved")
+        raise pytest.UsageError(f"kernel replay tests need a database: {reason}")
+    from perf_plugin.cases import as_params, load_case_set
+    from perf_plugin.replay.registry import get_replay
+
+    if state.case_set is None:
+        # Seeding happens here, not at configure time, so that runs which collect no replay test
+        # (the project's own tests, collective-only runs) never create database directories.
+        # It is idempotent under the database lock, so xdist workers may race for it.
+        try:
+            seeded = seed_from_sample(state.location, state.settings.database_root, state.settings.lock_timeout)
+        except DatabaseError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        if seeded:
+            state.notes.append(seeded)
+            state.unsent_notes.append(seeded)
+        state.case_set = load_case_set(state.location.directory, get_replay, state.settings.update_mode)
+        state.notes.extend(state.case_set.messages)
+    params = as_params(state.case_set)
+    if not params:
+        raise pytest.UsageError(f"no kernel rows in {state.location.directory}")
+    metafunc.parametrize(CASE_FIXTURE, params)
+
+
+# ----------------------------------------------------------------------------- running
+@pytest.fixture(scope="session")
+def perf_runner(pytestconfig: pytest.Config):  # type: ignore[no-untyped-def]
+    """Process that runs tests: the backend, collector and runner, created once."""
+    from perf_plugin.backends.select import resolve_backend
+    from perf_plugin.executor import CaseExecutor
+    from perf_plugin.profiling.factory import make_collector
+    from perf_plugin.replay.runner import ReplayRunner
+
+    state = pytestconfig.stash[RUN_STATE]
+    settings = state.settings
+    state.backend = resolve_backend(state.backend_name, ascend_device=settings.device)
+    state.collector = make_collector(state.backend, settings)
+    runner = ReplayRunner(
+        state.backend,
+        state.collector,
+        settings.repeat_count,
+        settings.warmup_count,
+        seed=settings.seed,
+        cold_cache=settings.cold_cache,
+    )
+    return CaseExecutor(state, runner)
+
+
+def _case_of(item: pytest.Item):  # type: ignore[no-untyped-def]
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get(CASE_FIXTURE) if callspec is not None else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """Process that runs tests: attach the case and finished results to the teardown report."""
+    report = yield
+    case = _case_of(item)
+    state = item.config.stash.get(RUN_STATE, None)
+    if case is None or state is None or call.when != "teardown":
+        return report
+    report.user_properties.append(
+        (
+            CASE_PROPERTY,
+            {
+                "case_id": case.case_id,
+                "kernel_type": case.kernel_type,
+                "csv_file": case.csv_file,
+                "row_line": case.row_line,
+                "status": case.status,
+                "reason": case.reason,
+                "signature_key": case.signature_key,
+            },
+        )
+    )
+    finished = list(state.outbox)
+    state.outbox.clear()
+    if state.collector is not None:
+        finished.extend(state.collector.drain())
+    if finished:
+        report.user_properties.append((RESULTS_PROPERTY, [r.to_json() for r in finished]))
+    if state.unsent_notes and _is_worker(item.config):
+        report.user_properties.append((NOTES_PROPERTY, list(state.unsent_notes)))
+        state.unsent_notes.clear()
+    return report
+
+
+class ControllerHooks:
+    """Controller only (registered in pytest_configure): gathers cases, outcomes and results."""
+
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+        self.outcomes: dict[str, str] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Every report, local or from a worker: outcome, case record, finished results."""
+        state = self.state
+        properties = dict(report.user_properties) if report.user_properties else {}
+        if report.when in ("setup", "call") and self.outcomes.get(report.nodeid) != "failed":
+            if report.failed or report.skipped or report.when == "call":
+                self.outcomes[report.nodeid] = "skipped" if report.skipped else report.outcome
+        if CASE_PROPERTY in properties and report.nodeid not in state.records:
+            outcome = self.outcomes.get(report.nodeid, report.outcome)
+            if report.failed:
+                outcome = "failed"
+            state.records[report.nodeid] = CaseRecord(**properties[CASE_PROPERTY], outcome=outcome)
+        for data in properties.get(RESULTS_PROPERTY, []):
+            _add_result(state, CaseResult.from_json(data))
+        for note in properties.get(NOTES_PROPERTY, []):
+            if note not in state.notes:
+                state.notes.append(note)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:  # type: ignore[no-untyped-def]
+        """xdist: results a worker finished after its last report."""
+        payload = getattr(node, "workeroutput", {}).get(RESULTS_PROPERTY)
+        for data in json.loads(payload) if payload else []:
+            _add_result(self.state, CaseResult.from_json(data))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """With --collect-only the selected cases are the records (nothing runs)."""
+        if not session.config.option.collectonly:
+            return
+        for item in session.items:
+            case = _case_of(item)
+            if case is not None:
+                self.state.records[item.nodeid] = CaseRecord(
+                    case.case_id, case.kernel_type, case.csv_file, case.row_line, case.status, case.reason,
+                    case.signature_key,
+                )
+
+
+def _add_result(state: RunState, result: CaseResult) -> None:
+    previous = state.results.get(result.case_id)
+    if previous is not None and previous.outcome == "failed" and not result.has_duration:
+        return
+    state.results[result.case_id] = result
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Both: flush the collector; controller: write back, write reports, apply the coverage gate."""
+    config = session.config
+    state = config.stash.get(RUN_STATE, None)
+    if state is None:
+        return
+    remaining = list(state.outbox)
+    state.outbox.clear()
+    if state.collector is not None:
+        remaining.extend(state.collector.finish())
+    if _is_worker(config):
+        config.workeroutput[RESULTS_PROPERTY] = json.dumps([r.to_json() for r in remaining])  # type: ignore[attr-defined]
+        return
+    for result in remaining:
+        _add_result(state, result)
+    from perf_plugin.controller import finish_run
+
+    outcome = finish_run(state, collect_only=bool(config.option.collectonly), command=sys.argv)
+    state.notes.extend(outcome.lines)
+    if outcome.coverage_failed or outcome.writeback_failed:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
+    """Controller: what was written where, and the coverage table when the gate failed."""
+    state = config.stash.get(RUN_STATE, None)
+    if state is None or _is_worker(config) or not state.records:
+        return
+    terminalreporter.section("perf")
+    terminalreporter.write_line(f"database: {state.location.directory}")
+    for line in state.notes:
+        terminalreporter.write_line(line)

@@ -1,0 +1,120 @@
+"""Runs one case: build inputs, verify once against the reference, warm up, time the repeats.
+
+Failures are classified for the test: ``CaseSkip`` (the case cannot run here, e.g. its tensors
+exceed free device memory) and ``CaseFailure`` (the replay ran and was wrong, or raised).  Inputs
+and outputs are released before returning, whatever happens, so memory stays flat over long runs.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.replay.base import CaseBuildError
+from perf_plugin.replay.registry import get_replay
+from perf_plugin.replay.verify import VerificationError, verify_outputs
+
+if TYPE_CHECKING:
+    from perf_plugin.backends.base import Backend
+    from perf_plugin.cases import Case
+    from perf_plugin.profiling.collector import Collector
+
+# Device memory a case may use, as a multiple of its row's input+output bytes: the op's own
+# outputs during verification and timing, plus temporaries inside composite ops.
+MEMORY_HEADROOM = 3.0
+RELEASE_CACHE_BYTES = 64 * 1024 * 1024
+L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current GPU's L2 (H100: 50 MB, H200: 60 MB)
+
+
+class CaseSkip(Exception):
+    pass
+
+
+class CaseFailure(Exception):
+    pass
+
+
+@dataclass
+class ReplayRunner:
+    backend: "Backend"
+    collector: "Collector"
+    repeat_count: int
+    warmup_count: int
+    seed: int = 0
+    cold_cache: bool = False
+    _flush_buffer: Any = None
+
+    def _check_memory(self, case: "Case") -> None:
+        assert case.row is not None
+        need = int(case.row.nbytes * MEMORY_HEADROOM)
+        free = self.backend.free_memory_bytes()
+        if free is not None and need > free:
+            error = DatabaseError(
+                f"tensors need about {need / 2**30:.2f} GiB with headroom, "
+                f"{free / 2**30:.2f} GiB free on {self.backend.name}",
+                path=case.csv_file,
+                row=case.row_line,
+                column="Input Shapes",
+            )
+            raise CaseSkip(error.describe())
+
+    def _before_repeat(self) -> Any:
+        if not self.cold_cache or self.backend.name == "cpu":
+            return None
+        import torch
+
+        if self._flush_buffer is None:
+            self._flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.backend.torch_device())
+        buffer = self._flush_buffer
+        return lambda: buffer.fill_(1)
+
+    def run(self, case: "Case") -> None:
+        assert case.row is not None
+        replay = get_replay(case.kernel_type)
+        if replay is None:
+            raise CaseSkip(f"no replay for kernel type {case.kernel_type}")
+        self._check_memory(case)
+        device = self.backend.torch_device()
+        args: tuple[Any, ...] = ()
+        try:
+            generator = self.backend.generator(self.seed)
+            try:
+                args = replay.make_inputs(case.row, device, generator)
+                outputs = replay.run(*args)
+                self.backend.synchronize()
+            except CaseBuildError as exc:
+                raise CaseFailure(f"replay cannot be built: {exc}") from None
+            except RuntimeError as exc:
+                if "out of memory" in str(exc).lower():
+                    raise CaseSkip(f"out of device memory: {str(exc).splitlines()[0]}") from None
+                raise CaseFailure(f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+            reference = replay.reference(*args)
+            try:
+                verify_outputs(replay, case.row, outputs, reference)
+            except VerificationError as exc:
+                raise CaseFailure(str(exc)) from None
+            del outputs, reference
+            run_once = _bind(replay.run, args)
+            for _ in range(self.warmup_count):
+                run_once()
+            self.collector.measure(case, run_once, self.repeat_count, self._before_repeat())
+        finally:
+            del args
+            self._release(case.row.nbytes)
+
+    def _release(self, case_bytes: int) -> None:
+        gc.collect(0)
+        if case_bytes >= RELEASE_CACHE_BYTES:
+            # The caching allocator keeps freed blocks; after a large case, return them so one
+            # huge case does not pin memory for the rest of a long run.  Small cases skip this:
+            # freeing cached blocks synchronises the device and would slow small-kernel runs.
+            self.backend.empty_cache()
+
+
+def _bind(function: Any, args: tuple[Any, ...]) -> Any:
+    def run_once() -> Any:
+        return function(*args)
+
+    return run_once

@@ -1,0 +1,219 @@
+"""Write measured durations back into the database CSVs, once, on the controlling process.
+
+Under the database lock, for every CSV a result or a quarantined case points at:
+
+1. measurements are matched to rows by signature (``perf_plugin.database.signature``); a
+   measurement goes to the CSV of the kernel type the profiler reported when that differs from
+   the case's own (MatMulV2/V3/Common all replay through ``torch.mm``);
+2. mode ``all`` updates every matched row and appends measurements that matched no row (when the
+   measurement carries identity cells); ``missing-only`` fills only rows with neither a
+   microbench nor a profiling duration and reports unmatched measurements without appending;
+3. rows of quarantined cases move to ``{KernelType}.quarantine.csv`` beside the CSV, with the
+   reason; the quarantine file is written before the rows leave the main file, so a crash in
+   between duplicates a row rather than losing it;
+4. ``--prune-empty-duration-rows`` removes rows that still have no valid duration;
+5. each file is replaced atomically; untouched files are not rewritten at all.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from perf_plugin.database.lock import database_lock
+from perf_plugin.database.schema import (
+    IDENTITY_COLUMNS,
+    MICROBENCH_AVERAGE,
+    MICROBENCH_BACKEND,
+    MICROBENCH_KERNELS,
+    MICROBENCH_MEDIAN,
+    MICROBENCH_MIN,
+    MICROBENCH_SAMPLES,
+    MICROBENCH_STD,
+    MICROBENCH_TIMESTAMP,
+    PROFILING_AVERAGE,
+    ROW_ORIGIN,
+    ensure_added_columns,
+    ensure_microbench_average_column,
+    ensure_microbench_counter_column,
+    format_number,
+    parse_duration,
+    row_has_valid_duration,
+)
+from perf_plugin.database.signature import row_signature, signature_text
+from perf_plugin.database.table import CsvTable
+from perf_plugin.results import FileWriteback, GapRow, QuarantinedRow, CaseResult, SampleStats
+
+QUARANTINE_SUFFIX = ".quarantine.csv"
+QUARANTINE_REASON = "Quarantine Reason"
+QUARANTINE_TIME = "Quarantine Timestamp"
+
+
+@dataclass(frozen=True)
+class WritebackRequest:
+    directory: Path
+    update_mode: str  # "all" | "missing-only"
+    prune_empty_duration_rows: bool
+    timestamp: str
+    lock_timeout: float = 60.0
+
+
+def _target_file(result: CaseResult) -> str:
+    kernel_type = result.reported_kernel_type or result.kernel_type
+    return f"{kernel_type}.csv" if result.reported_kernel_type else result.csv_file
+
+
+def _signature_index(table: CsvTable, kernel_type: str) -> dict[str, list[int]]:
+    index: dict[str, list[int]] = defaultdict(list)
+    for i in range(len(table)):
+        if not table.is_blank(i):
+            index[signature_text(row_signature(kernel_type, table.row_dict(i)))].append(i)
+    return index
+
+
+def _write_measurement(table: CsvTable, row: int, result: CaseResult, timestamp: str) -> None:
+    stats = SampleStats.of(result.samples_us)
+    table.set(row, MICROBENCH_AVERAGE, format_number(stats.mean))
+    table.set(row, MICROBENCH_MEDIAN, format_number(stats.median))
+    table.set(row, MICROBENCH_MIN, format_number(stats.minimum))
+    table.set(row, MICROBENCH_STD, format_number(stats.std))
+    table.set(row, MICROBENCH_SAMPLES, str(stats.count))
+    table.set(row, MICROBENCH_BACKEND, result.backend)
+    table.set(row, MICROBENCH_TIMESTAMP, timestamp)
+    breakdown = ";".join(f"{k.name}={format_number(k.mean_us)}" for k in result.kernels[:8])
+    table.set(row, MICROBENCH_KERNELS, breakdown)
+    for counter, value in result.counters.items():
+        column = ensure_microbench_counter_column(table, counter)
+        table.set(row, column, format_number(value))
+
+
+def _prepare_columns(table: CsvTable) -> None:
+    ensure_microbench_average_column(table)
+    ensure_added_columns(table)
+
+
+def _quarantine(
+    directory: Path, csv_file: str, table: CsvTable, rows: list[tuple[int, str]], timestamp: str
+) -> None:
+    path = directory / (Path(csv_file).stem + QUARANTINE_SUFFIX)
+    quarantine = CsvTable.read(path) if path.exists() else CsvTable.new(table.header, table.newline)
+    for column in (QUARANTINE_REASON, QUARANTINE_TIME):
+        if not quarantine.has_column(column):
+            quarantine.insert_column(column)
+    for index, reason in rows:
+        values = table.row_dict(index)
+        values[QUARANTINE_REASON] = reason
+        values[QUARANTINE_TIME] = timestamp
+        quarantine.append_row(values)
+    quarantine.write(path)
+
+
+def write_back(
+    request: WritebackRequest,
+    results: Iterable[CaseResult],
+    quarantined: Iterable[QuarantinedRow],
+    scope: Iterable[str] = (),
+) -> tuple[list[FileWriteback], list[GapRow]]:
+    """Apply results and quarantines; ``scope`` names the CSV files the run selected (pruned too)."""
+    by_file: dict[str, list[CaseResult]] = defaultdict(list)
+    for result in results:
+        if result.has_duration:
+            by_file[_target_file(result)].append(result)
+    quarantine_by_file: dict[str, list[QuarantinedRow]] = defaultdict(list)
+    for row in quarantined:
+        quarantine_by_file[row.csv_file].append(row)
+
+    summaries: list[FileWriteback] = []
+    gaps: list[GapRow] = []
+    with database_lock(request.directory, request.lock_timeout):
+        files = set(by_file) | set(quarantine_by_file)
+        if request.prune_empty_duration_rows:
+            files |= {f for f in scope if (request.directory / f).exists()}
+        for csv_file in sorted(files):
+            summary, file_gaps = _write_file(
+                request, csv_file, by_file.get(csv_file, []), quarantine_by_file.get(csv_file, [])
+            )
+            summaries.append(summary)
+            gaps.extend(file_gaps)
+    return summaries, gaps
+
+
+def _write_file(
+    request: WritebackRequest,
+    csv_file: str,
+    results: list[CaseResult],
+    quarantined: list[QuarantinedRow],
+) -> tuple[FileWriteback, list[GapRow]]:
+    path = request.directory / csv_file
+    kernel_type = Path(csv_file).stem
+    summary = FileWriteback(csv_file)
+    if path.exists():
+        table = CsvTable.read(path)
+    else:
+        table = CsvTable.new(IDENTITY_COLUMNS)
+    index = _signature_index(table, kernel_type)
+    touched: set[int] = set()
+
+    if results:
+        _prepare_columns(table)
+    for result in results:
+        rows = index.get(result.signature_key, [])
+        if request.update_mode == "missing-only":
+            rows = [r for r in rows if not row_has_valid_duration(table, r) or r in touched]
+        if not rows:
+            if request.update_mode == "all" and result.identity:
+                new_row = table.append_row({**result.identity, ROW_ORIGIN: f"measured:{result.backend}"})
+                index[result.signature_key].append(new_row)
+                rows = [new_row]
+                summary.rows_appended += 1
+            else:
+                summary.unmatched_samples.append(result.case_id)
+                continue
+        for row in rows:
+            _write_measurement(table, row, result, request.timestamp)
+            touched.add(row)
+    summary.rows_updated = len(touched) - summary.rows_appended
+
+    doomed: list[tuple[int, str]] = []
+    by_line = {table.line_of(i): i for i in range(len(table))}
+    for item in quarantined:
+        i = by_line.get(item.row_line)
+        if i is None or i in touched:
+            continue
+        if item.signature_key and item.signature_key != signature_text(
+            row_signature(kernel_type, table.row_dict(i))
+        ):
+            continue  # the file changed since collection: leave the row where it is
+        doomed.append((i, item.reason))
+    if doomed:
+        _quarantine(request.directory, csv_file, table, doomed, request.timestamp)
+        summary.rows_quarantined = len(doomed)
+
+    gaps = [
+        GapRow(
+            csv_file,
+            table.line_of(i),
+            signature_text(row_signature(kernel_type, table.row_dict(i))),
+            parse_duration(table.get(i, MICROBENCH_AVERAGE)),
+            parse_duration(table.get(i, PROFILING_AVERAGE)),
+        )
+        for i in sorted(touched)
+    ]
+
+    remove = {i for i, _ in doomed}
+    if request.prune_empty_duration_rows:
+        pruned = {
+            i
+            for i in range(len(table))
+            if i not in remove and not table.is_blank(i) and not row_has_valid_duration(table, i)
+        }
+        summary.rows_pruned = len(pruned)
+        remove |= pruned
+    if remove:
+        table.delete_rows(remove)
+    if table.changed:
+        table.write(path)
+        summary.written = True
+    return summary, gaps
