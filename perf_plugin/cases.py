@@ -117,9 +117,9 @@ def _row_case(
     except DatabaseError as exc:
         located = exc.located(path=table.path, row=line)
         return case(STATUS_QUARANTINED, located.describe()), base_id
-    if not row.present_inputs and not row.present_outputs:
-        reason = DatabaseError("row has no input or output shapes", path=table.path, row=line).describe()
-        return case(STATUS_QUARANTINED, reason), base_id
+    # A row whose slots are all empty is not necessarily bad: an empty shape with a dtype is a
+    # 0-d (scalar) tensor in the profiler's notation (``Add`` of two scalars is ``;``).  The
+    # replay's check decides.
     if update_mode == "missing-only" and row_has_valid_duration(table, index):
         return case(STATUS_FILLED, "row already has a duration (update mode missing-only)", row), base_id
     if replay is None:

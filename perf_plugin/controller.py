@@ -111,8 +111,8 @@ def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None
     try:
         paths = _write_reports(state.location.reports_dir, summary, timestamp)
         outcome.lines.extend(f"report: {p}" for p in paths)
-    except OSError as exc:
-        outcome.lines.append(f"reports could not be written: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a report problem must not hide the write-back's outcome
+        outcome.lines.append(f"reports could not be written: {type(exc).__name__}: {exc}")
     return outcome
 
 

@@ -10,7 +10,9 @@ handed over.  Raw events are read directly (``kineto_results.events()``) rather 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +37,30 @@ def _range_factory() -> Callable[[str], contextlib.AbstractContextManager[Any]]:
     if fast is not None:
         return fast  # a C++ context manager: a few hundred ns instead of microseconds
     return torch.profiler.record_function
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 around profiler start/stop.
+
+    Some torch builds have Kineto print a status line (``profiler_start``/``profiler_stop``) to
+    the process's stderr on every session; with one session per batch that floods the terminal.
+    Only these two calls are wrapped, so real errors elsewhere still reach stderr.
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 @dataclass
@@ -70,14 +96,16 @@ class TorchProfilerCollector:
             from torch.profiler import profile
 
             self._profiler = profile(activities=self._activities(), record_shapes=False, with_stack=False)
-            self._profiler.__enter__()
+            with _quiet_native_stderr():
+                self._profiler.__enter__()
 
     def _stop(self) -> list[RawEvent]:
         if self._profiler is None:
             return []
         self.backend.synchronize()
         profiler, self._profiler = self._profiler, None
-        profiler.__exit__(None, None, None)
+        with _quiet_native_stderr():
+            profiler.__exit__(None, None, None)
         raw = profiler.profiler.kineto_results.events()
         events = [_raw_event(e) for e in raw]
         del raw, profiler

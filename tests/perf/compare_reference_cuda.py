@@ -1,0 +1,178 @@
+"""Harness durations next to independent measurements of the same kernels (CUDA).
+
+For about a dozen kernels from ~2 us to ~5 ms:
+
+1. the harness: a database with one real-format row per kernel is replayed by ``pytest bench``
+   (subprocess), and ``Average Duration(us)`` is read back from the CSVs;
+2. reference A, a CUPTI trace of a bare script: the same torch call on tensors of the same
+   shapes, written here independently of the replays, timed with ``torch.profiler`` (Kineto
+   reading CUPTI activity records) and summed per iteration over the kernels it launched;
+3. reference B, Nsight Compute's ``gpu__time_duration.sum`` of the same bare call (only for
+   kernels of 20 us and more: below that ncu's figure includes its own replay overhead).
+
+Prints one table: harness, CUPTI, ratio, ncu, ratio.  Target: within 2 %.
+
+    python tests/perf/compare_reference_cuda.py [--repeats 50] [--no-ncu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HEADER = "OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    kernel_type: str
+    row: str  # identity cells after OP State and Accelerator Core
+    bare: str  # python statements defining `args` (tuple) and `fn` for the bare measurement
+
+
+KERNELS: tuple[Kernel, ...] = (
+    Kernel("add-1k-f32", "Add", '"""1024;1024""",FLOAT;FLOAT,ND;ND,"""1024""",FLOAT,ND',
+           "x=rnd((1024,),f32); y=rnd((1024,),f32); fn=lambda: x.add(y)"),
+    Kernel("cast-bf16-f32-4M", "Cast", '"""1,4096,1024""",DT_BF16,ND,"""1,4096,1024""",FLOAT,ND',
+           "x=rnd((1,4096,1024),bf16); fn=lambda: x.to(f32)"),
+    Kernel("add-4k-mixed", "Add", '"""4096,1024;4096,1024""",FLOAT;DT_BF16,ND;ND,"""4096,1024""",FLOAT,ND',
+           "x=rnd((4096,1024),f32); y=rnd((4096,1024),bf16); fn=lambda: x.add(y)"),
+    Kernel("mm-128x1024x1024", "MatMulV2", '"""128,1024;1024,1024""",DT_BF16;DT_BF16,ND;ND,"""128,1024""",DT_BF16,ND',
+           "a=rnd((128,1024),bf16); b=rnd((1024,1024),bf16); fn=lambda: a.mm(b)"),
+    Kernel("softmax-4096x4096", "SoftmaxV2", '"""4096,4096""",FLOAT,ND,"""4096,4096""",FLOAT,ND',
+           "x=rnd((4096,4096),f32); fn=lambda: x.softmax(-1)"),
+    Kernel("mm-4096x1024x3072", "MatMulV3", '"""4096,1024;1024,3072""",DT_BF16;DT_BF16,ND;ND,"""4096,3072""",DT_BF16,ND',
+           "a=rnd((4096,1024),bf16); b=rnd((1024,3072),bf16); fn=lambda: a.mm(b)"),
+    Kernel("copy-4096x9216-f32", "TensorMove", '"""4096,9216""",FLOAT,ND,"""4096,9216""",FLOAT,ND',
+           "x=rnd((4096,9216),f32); o=torch.empty_like(x); fn=lambda: o.copy_(x)"),
+    Kernel("mm-4096x4096x4096", "MatMulV3", '"""4096,4096;4096,4096""",DT_BF16;DT_BF16,ND;ND,"""4096,4096""",DT_BF16,ND',
+           "a=rnd((4096,4096),bf16); b=rnd((4096,4096),bf16); fn=lambda: a.mm(b)"),
+    Kernel("mm-nt-8192x8192x8192", "MatMulV3", '"""8192,8192;8192,8192""",DT_BF16;DT_BF16,ND;ND,"""8192,8192""",DT_BF16,ND',
+           "a=rnd((8192,8192),bf16); b=rnd((8192,8192),bf16); fn=lambda: a.mm(b)"),
+    Kernel("mm-f32-4096x4096x4096", "MatMulV2", '"""4096,4096;4096,4096""",FLOAT;FLOAT,ND;ND,"""4096,4096""",FLOAT,ND',
+           "a=rnd((4096,4096),f32); b=rnd((4096,4096),f32); fn=lambda: a.mm(b)"),
+    Kernel("mm-16384x8192x16384", "MatMulV3", '"""16384,8192;8192,16384""",DT_BF16;DT_BF16,ND;ND,"""16384,16384""",DT_BF16,ND',
+           "a=rnd((16384,8192),bf16); b=rnd((8192,16384),bf16); fn=lambda: a.mm(b)"),
+    Kernel("cat-3x4096x1x8", "ConcatD",
+           '"""4096,1,8,256;4096,1,8,128;4096,1,8,128""",DT_BF16;DT_BF16;DT_BF16,ND;ND;ND,"""4096,1,8,512""",DT_BF16,ND',
+           "p=rnd((4096,1,8,256),bf16); q=rnd((4096,1,8,128),bf16); r=rnd((4096,1,8,128),bf16); fn=lambda: torch.cat((p,q,r),3)"),
+)
+
+BARE_PRELUDE = """
+import sys, torch
+torch.backends.cuda.matmul.allow_tf32 = False
+f32, bf16 = torch.float32, torch.bfloat16
+def rnd(shape, dtype):
+    return (torch.rand(shape, device="cuda") + 0.5).to(dtype)
+"""
+
+BARE_CUPTI = BARE_PRELUDE + """
+from torch.profiler import profile, ProfilerActivity
+from torch.autograd import DeviceType
+{setup}
+iters = int(sys.argv[1])
+for _ in range(5): fn()
+torch.cuda.synchronize()
+with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    for _ in range(iters): fn()
+    torch.cuda.synchronize()
+total = sum(e.duration_ns() for e in prof.profiler.kineto_results.events() if e.device_type() == DeviceType.CUDA)
+print("RESULT", total / 1000.0 / iters)
+"""
+
+BARE_NCU = BARE_PRELUDE + """
+{setup}
+for _ in range(3): fn()
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStart()
+for _ in range(int(sys.argv[1])): fn()
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStop()
+"""
+
+
+def harness_durations(repeats: int, scratch: Path) -> dict[str, float]:
+    db = scratch / "db"
+    db.mkdir()
+    by_type: dict[str, list[Kernel]] = {}
+    for kernel in KERNELS:
+        by_type.setdefault(kernel.kernel_type, []).append(kernel)
+    for kernel_type, kernels in by_type.items():
+        rows = [f"dynamic,AI_CORE,{k.row}" for k in kernels]
+        (db / f"{kernel_type}.csv").write_text("\n".join([HEADER, *rows]) + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pytest", str(ROOT / "bench" / "test_kernels.py"), "--database-path", str(db),
+         "--backend", "cuda", "--repeat-count", str(repeats), "-q", "-p", "no:cacheprovider"],
+        check=False, cwd=ROOT,
+    )
+    result: dict[str, float] = {}
+    for kernel_type, kernels in by_type.items():
+        with (db / f"{kernel_type}.csv").open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        for kernel, row in zip(kernels, rows):
+            value = row.get("Average Duration(us)", "")
+            result[kernel.name] = float(value) if value else float("nan")
+    return result
+
+
+def cupti_reference(kernel: Kernel, iters: int, scratch: Path) -> float:
+    script = scratch / f"cupti_{kernel.name}.py"
+    script.write_text(BARE_CUPTI.format(setup=kernel.bare.replace("; ", "\n")))
+    out = subprocess.run([sys.executable, str(script), str(iters)], capture_output=True, text=True, check=True).stdout
+    return float(next(line for line in out.splitlines() if line.startswith("RESULT")).split()[1])
+
+
+def ncu_reference(kernel: Kernel, scratch: Path, iters: int = 5) -> float:
+    script = scratch / f"ncu_{kernel.name}.py"
+    script.write_text(BARE_NCU.format(setup=kernel.bare.replace("; ", "\n")))
+    completed = subprocess.run(
+        ["ncu", "--profile-from-start", "off", "--metrics", "gpu__time_duration.sum", "--csv", "--clock-control", "none",
+         sys.executable, str(script), str(iters)],
+        capture_output=True, text=True, check=True,
+    )
+    text = completed.stdout[completed.stdout.find('"ID"'):]
+    total_ns = 0.0
+    for row in csv.DictReader(io.StringIO(text)):
+        if row.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        value = float(row["Metric Value"].replace(",", ""))
+        unit = row.get("Metric Unit", "ns")
+        total_ns += value * {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6}.get(unit, 1.0)
+    return total_ns / 1000.0 / iters
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--no-ncu", action="store_true")
+    args = parser.parse_args()
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        harness = harness_durations(args.repeats, scratch)
+        print(f"{'kernel':24}{'harness us':>12}{'CUPTI us':>12}{'ratio':>8}{'ncu us':>12}{'ratio':>8}")
+        for kernel in KERNELS:
+            measured = harness[kernel.name]
+            cupti = cupti_reference(kernel, args.repeats, scratch)
+            ncu_text = ratio_ncu = "-"
+            if not args.no_ncu and cupti >= 20.0:
+                try:
+                    ncu = ncu_reference(kernel, scratch)
+                    ncu_text, ratio_ncu = f"{ncu:.2f}", f"{measured / ncu:.3f}"
+                except (subprocess.CalledProcessError, FileNotFoundError, StopIteration) as exc:
+                    ncu_text = f"error:{type(exc).__name__}"
+            print(f"{kernel.name:24}{measured:>12.2f}{cupti:>12.2f}{measured / cupti:>8.3f}{ncu_text:>12}{ratio_ncu:>8}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""The pytest plugin end to end, with pytester: cases, ids, selection, write-back, gate, quarantine."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+BENCH_TEST = (Path(__file__).parents[1] / "bench" / "test_kernels.py").read_text()
+HEADER = "OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"
+
+# Real-format rows (embedded-quote shapes, Ascend dtype spellings), small enough for fast tests.
+MATMUL_ROWS = [
+    'dynamic,AI_CORE,"""32,64;64,16""",FLOAT;FLOAT,ND;ND,"""32,16""",FLOAT,ND',
+    'dynamic,AI_CORE,"""32,64;16,64""",DT_BF16;DT_BF16,ND;ND,"""32,16""",DT_BF16,ND',
+]
+ADD_ROWS = ['dynamic,AI_VECTOR_CORE,"""8,128;8,128""",FLOAT;DT_BF16,ND;ND,"""8,128""",FLOAT,ND']
+
+
+def write_csv(path: Path, header: str, rows: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> Path:
+    pytester.makepyfile(test_kernels=BENCH_TEST)
+    db = pytester.path / "db"
+    write_csv(db / "MatMulV2.csv", HEADER, MATMUL_ROWS)
+    write_csv(db / "Add.csv", HEADER, ADD_ROWS)
+    return db
+
+
+def run(pytester: pytest.Pytester, db: Path, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("--database-path", str(db), "--repeat-count", "3", "--warmup-count", "1", "-p", "no:cacheprovider", *args)
+
+
+def test_one_case_per_row_with_readable_ids(pytester: pytest.Pytester, project: Path) -> None:
+    result = run(pytester, project, "--collect-only", "-q")
+    result.stdout.fnmatch_lines(
+        [
+            "test_kernels.py::test_kernel_replay[Add-8x128,8x128-FLOAT,BF16-to-8x128-FLOAT]",
+            "test_kernels.py::test_kernel_replay[MatMulV2-32x64,64x16-FLOAT-to-32x16-FLOAT]",
+            "test_kernels.py::test_kernel_replay[MatMulV2-32x64,16x64-BF16-to-32x16-BF16]",
+            "3 tests collected*",
+        ]
+    )
+    assert result.ret == 0
+
+
+def test_duplicate_rows_get_stable_suffixes(pytester: pytest.Pytester, project: Path) -> None:
+    write_csv(project / "MatMulV2.csv", HEADER, [MATMUL_ROWS[0], MATMUL_ROWS[0]])
+    result = run(pytester, project, "--collect-only", "-q", "-k", "MatMulV2")
+    result.stdout.fnmatch_lines(["*[[]MatMulV2-32x64,64x16-FLOAT-to-32x16-FLOAT[]]", "*[[]MatMulV2-32x64,64x16-FLOAT-to-32x16-FLOAT#2[]]"])
+
+
+def test_run_writes_durations_back_and_reports(pytester: pytest.Pytester, project: Path) -> None:
+    result = run(pytester, project)
+    result.assert_outcomes(passed=3)
+    rows = read_rows(project / "MatMulV2.csv")
+    assert [r["MicroBench Samples"] for r in rows] == ["3", "3"]
+    for row in rows:
+        assert float(row["Average Duration(us)"]) > 0
+        assert float(row["MicroBench Min Duration(us)"]) <= float(row["Average Duration(us)"])
+        assert row["MicroBench Backend"] == "cpu"
+        assert "aten::mm" in row["MicroBench Kernels"]
+    header = next(csv.reader((project / "MatMulV2.csv").open()))
+    assert header.index("Average Duration(us)") == 8  # after the identity columns
+    reports = sorted(p.name.split("_")[0] for p in (project / "reports").iterdir())
+    assert reports == ["duration", "replay", "run"]
+
+
+def test_k_selects_one_kernel_type_and_leaves_others_untouched(pytester: pytest.Pytester, project: Path) -> None:
+    before = (project / "Add.csv").read_bytes()
+    result = run(pytester, project, "-k", "MatMulV2")
+    result.assert_outcomes(passed=2, deselected=1)
+    assert (project / "Add.csv").read_bytes() == before
+    assert all(r["Average Duration(us)"] for r in read_rows(project / "MatMulV2.csv"))
+
+
+def test_missing_only_fills_only_rows_without_a_duration(pytester: pytest.Pytester, project: Path) -> None:
+    header = HEADER + ",Average Duration(us)"
+    write_csv(project / "MatMulV2.csv", header, [MATMUL_ROWS[0] + ",42.5", MATMUL_ROWS[1] + ","])
+    result = run(pytester, project, "--update-mode", "missing-only", "-k", "MatMulV2")
+    result.assert_outcomes(passed=1, skipped=1)
+    rows = read_rows(project / "MatMulV2.csv")
+    assert rows[0]["Average Duration(us)"] == "42.5"
+    assert float(rows[1]["Average Duration(us)"]) > 0
+
+
+def test_update_mode_all_overwrites_existing_durations(pytester: pytest.Pytester, project: Path) -> None:
+    header = HEADER + ",Average Duration(us)"
+    write_csv(project / "MatMulV2.csv", header, [MATMUL_ROWS[0] + ",42.5"])
+    run(pytester, project, "-k", "MatMulV2").assert_outcomes(passed=1)
+    assert read_rows(project / "MatMulV2.csv")[0]["Average Duration(us)"] != "42.5"
+
+
+def test_no_writeback_leaves_the_database_as_it_was(pytester: pytest.Pytester, project: Path) -> None:
+    before = (project / "MatMulV2.csv").read_bytes()
+    run(pytester, project, "--no-writeback").assert_outcomes(passed=3)
+    assert (project / "MatMulV2.csv").read_bytes() == before
+
+
+def test_bad_rows_are_quarantined_with_the_reason(pytester: pytest.Pytester, project: Path) -> None:
+    rows = [
+        MATMUL_ROWS[0],
+        'dynamic,AI_CORE,"""32,x;64,16""",FLOAT;FLOAT,ND;ND,"""32,16""",FLOAT,ND',  # malformed shape
+        'dynamic,AI_CORE,"""32,64;64,16""",DT_COMPLEX99;FLOAT,ND;ND,"""32,16""",FLOAT,ND',  # unknown dtype
+        'dynamic,AI_CORE,"""32,64;65,16""",FLOAT;FLOAT,ND;ND,"""32,16""",FLOAT,ND',  # inconsistent
+    ]
+    write_csv(project / "MatMulV2.csv", HEADER, rows)
+    result = run(pytester, project, "-k", "MatMulV2", "-rs")
+    result.assert_outcomes(passed=1, skipped=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*MatMulV2.csv, row 3, column 'Input Shapes': malformed shape*",
+            "*MatMulV2.csv, row 4, column 'Input Data Types': unknown dtype 'COMPLEX99'*",
+            "*MatMulV2.csv, row 5: replay cannot be built*",
+        ]
+    )
+    kept = read_rows(project / "MatMulV2.csv")
+    assert len(kept) == 1 and float(kept[0]["Average Duration(us)"]) > 0
+    quarantine = read_rows(project / "MatMulV2.quarantine.csv")
+    assert [q["Input Shapes"] for q in quarantine] == ['"32,x;64,16"', '"32,64;64,16"', '"32,64;65,16"']
+    assert "malformed shape" in quarantine[0]["Quarantine Reason"]
+
+
+def test_file_missing_identity_columns_is_skipped_and_left_alone(pytester: pytest.Pytester, project: Path) -> None:
+    broken = write_csv(project / "Mul.csv", "OP State,Input Shapes", ['dynamic,"""8,8"""'])
+    before = broken.read_bytes()
+    result = run(pytester, project, "-rs")
+    result.assert_outcomes(passed=3, skipped=1)
+    result.stdout.fnmatch_lines(["*Mul.csv, column 'Input Data Types': missing identity column*"])
+    assert broken.read_bytes() == before
+    assert not (project / "Mul.quarantine.csv").exists()
+
+
+def test_prune_removes_rows_still_without_duration(pytester: pytest.Pytester, project: Path) -> None:
+    write_csv(project / "Softmax.csv", HEADER, ['dynamic,AI_CORE,"""8,8""",FLOAT,ND,"""8,8""",FLOAT,ND'])
+    result = run(pytester, project, "--prune-empty-duration-rows")
+    result.assert_outcomes(passed=3, skipped=1)
+    assert read_rows(project / "Softmax.csv") == []
+    assert len(read_rows(project / "MatMulV2.csv")) == 2
+
+
+def test_coverage_gate_fails_the_run_with_a_table(pytester: pytest.Pytester, project: Path) -> None:
+    write_csv(project / "Softmax.csv", HEADER, ['dynamic,AI_CORE,"""8,8""",FLOAT,ND,"""8,8""",FLOAT,ND'] * 3)
+    result = run(pytester, project, "--replay-coverage-min", "0.9")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*replay coverage: 50.0% of 6 selected rows replayed and passed (below --replay-coverage-min 0.9)*",
+            "*kernel type*rows*replay*passed*",
+            "*Softmax*3*0*0*0.0%*",
+        ]
+    )
+    assert run(pytester, project, "--replay-coverage-min", "0.5").ret == 0
+
+
+def test_coverage_gate_with_collect_only(pytester: pytest.Pytester, project: Path) -> None:
+    write_csv(project / "Softmax.csv", HEADER, ['dynamic,AI_CORE,"""8,8""",FLOAT,ND,"""8,8""",FLOAT,ND'])
+    failing = run(pytester, project, "--collect-only", "-q", "--replay-coverage-min", "0.8")
+    assert failing.ret == pytest.ExitCode.TESTS_FAILED
+    failing.stdout.fnmatch_lines(["*replay coverage: 75.0% of 4 selected rows have a replay*"])
+    assert run(pytester, project, "--collect-only", "-q", "--replay-coverage-min", "0.75").ret == 0
+
+
+def test_oversized_row_is_skipped_with_file_row_and_column(pytester: pytest.Pytester, project: Path) -> None:
+    huge = 'dynamic,AI_CORE,"""4000000,4000000;4000000,16""",FLOAT;FLOAT,ND;ND,"""4000000,16""",FLOAT,ND'
+    write_csv(project / "MatMulV2.csv", HEADER, [huge, MATMUL_ROWS[0]])
+    result = run(pytester, project, "-k", "MatMulV2", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*MatMulV2.csv, row 2, column 'Input Shapes': tensors need about * GiB*free on cpu*"])
+    rows = read_rows(project / "MatMulV2.csv")
+    assert len(rows) == 2 and rows[0]["Average Duration(us)"] == "" and rows[1]["Average Duration(us)"]
+
+
+def test_options_env_and_ini_precedence(pytester: pytest.Pytester, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeini("[pytest]\nperf_repeat_count = 4\n")
+    pytester.runpytest("--database-path", str(project), "-k", "Add", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert read_rows(project / "Add.csv")[0]["MicroBench Samples"] == "4"
+    monkeypatch.setenv("PERF_REPEAT_COUNT", "5")
+    pytester.runpytest("--database-path", str(project), "-k", "Add", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert read_rows(project / "Add.csv")[0]["MicroBench Samples"] == "5"
+    pytester.runpytest("--database-path", str(project), "-k", "Add", "--repeat-count", "6", "-p", "no:cacheprovider")
+    assert read_rows(project / "Add.csv")[0]["MicroBench Samples"] == "6"
+    bad = pytester.runpytest("--database-path", str(project), "--repeat-count", "0")
+    bad.stderr.fnmatch_lines(["*--repeat-count: '0' is not a positive integer*"])
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_new_device_directory_starts_from_the_shipped_sample(pytester: pytest.Pytester, project: Path) -> None:
+    root = pytester.path / "root"
+    sample = root / "CPU_X86_64" / "torch" / "torch2.13.0"
+    write_csv(sample / "MatMulV2.csv", HEADER + ",Average Duration(us)", [MATMUL_ROWS[0] + ",99"])
+    result = pytester.runpytest(
+        "--database-root", str(root), "--device", "NEW_DEVICE", "--torch-version", "9.9.9",
+        "--repeat-count", "2", "-p", "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*did not exist: started it from the shipped sample*1 rows, identity columns only*"])
+    new = root / "NEW_DEVICE" / "torch" / "torch9.9.9" / "MatMulV2.csv"
+    rows = read_rows(new)
+    assert len(rows) == 1 and rows[0]["Average Duration(us)"] != "99"
+
+
+def test_xdist_workers_send_results_to_the_controller(pytester: pytest.Pytester, project: Path) -> None:
+    result = pytester.runpytest_subprocess(
+        "--database-path", str(project), "--repeat-count", "3", "-n", "2", "-p", "no:cacheprovider",
+        "--profile-batch-size", "1",
+    )
+    result.assert_outcomes(passed=3)
+    for name in ("MatMulV2.csv", "Add.csv"):
+        assert all(float(r["Average Duration(us)"]) > 0 for r in read_rows(project / name))
+
+
+def test_concurrent_session_holding_the_lock_fails_write_back_cleanly(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    import filelock
+
+    before = (project / "MatMulV2.csv").read_bytes()
+    with filelock.FileLock(str(project / ".perfdb.lock")):
+        result = run(pytester, project, "--lock-timeout", "0.2")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*write-back failed, database left as it was*another session*"])
+    assert (project / "MatMulV2.csv").read_bytes() == before
