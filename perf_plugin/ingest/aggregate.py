@@ -1,0 +1,148 @@
+"""Kernel samples -> one database row per (kernel type, signature cells).
+
+Grouping key
+------------
+Samples are grouped by the normalised ``Type`` and the raw ``Input Shapes, Input Data Types,
+Input Formats, Output Shapes, Output Data Types`` cells.  The origin parser grouped by
+``(Type, Input Shapes, Output Shapes)`` only, which merges kernels that differ in dtype; real
+profiles contain such pairs (in a CNN training step, ``Cast`` of shape ``32`` runs once as
+BOOL->FLOAT and once as INT64->INT32), and they replay and perform differently.  The key here is
+the signature's five columns as the profiler wrote them, so no two rows of one profile ever
+describe the same kernel twice and no row mixes two kernels.  The remaining identity cells
+(``OP State``, ``Accelerator Core``, ``Output Formats``) are taken from the group's first sample.
+
+Statistics
+----------
+* ``Profiling Average Duration(us)``: arithmetic mean of the samples' ``Duration(us)``.
+* ``Profiling Median Duration(us)``: median (mean of the two middle samples for an even count).
+* ``Profiling Std Duration(us)``: the *sample* standard deviation (``ddof=1``).  The samples are
+  a few draws of the kernel's run-to-run distribution and the column is read as the spread to
+  expect on the next run, for which the sample estimator is the unbiased one; it is also what
+  pandas-based tools, and therefore existing databases, report.  With a single sample it is
+  undefined and the cell is left empty (``Profiling Count`` says why).
+* ``Profiling Average <counter>``: mean of each counter over the samples that have a value
+  (``N/A`` cells are skipped, not counted as zero); empty when no sample has one.
+* ``Profiling Count``: the number of samples averaged (an added column, written last).
+
+Numbers are written with at most 6 decimals (trailing zeros dropped): profiler durations have
+nanosecond resolution (3 decimals in microseconds), so 6 decimals keep every mean exact to well
+below what was measured without printing binary rounding noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from perf_plugin.database.schema import (
+    IDENTITY_COLUMNS,
+    PROFILING_AVERAGE,
+    PROFILING_MEDIAN,
+    PROFILING_STD,
+    format_number,
+    profiling_counter_column,
+)
+from perf_plugin.ingest import columns as col
+
+PROFILING_COUNT = "Profiling Count"
+DIGITS = 6
+GROUP_KEY: tuple[str, ...] = (
+    col.TYPE,
+    "Input Shapes",
+    "Input Data Types",
+    "Input Formats",
+    "Output Shapes",
+    "Output Data Types",
+)
+_FROM_FIRST_SAMPLE = tuple(name for name in IDENTITY_COLUMNS if name not in GROUP_KEY)
+
+
+@dataclass(frozen=True)
+class AggregatedRow:
+    """One database row: identity cells as the profiler wrote them, and the statistics."""
+
+    kernel_type: str
+    cells: Mapping[str, str]
+    count: int
+    average: float
+    median: float
+    std: float | None
+    counters: Mapping[str, float | None] = field(default_factory=dict)
+
+    def profiling_values(self) -> dict[str, str]:
+        """Column -> cell text of everything ingest writes besides the identity columns."""
+        values = {
+            PROFILING_AVERAGE: format_value(self.average),
+            PROFILING_MEDIAN: format_value(self.median),
+            PROFILING_STD: format_value(self.std),
+        }
+        for counter, value in self.counters.items():
+            values[profiling_counter_column(counter)] = format_value(value)
+        values[PROFILING_COUNT] = str(self.count)
+        return values
+
+
+def format_value(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return format_number(float(value), DIGITS)
+
+
+def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
+    """Aggregate samples; rows come out grouped by kernel type, in order of first appearance."""
+    if frame.empty:
+        return []
+    frame = frame.assign(_order=np.arange(len(frame)))
+    groups = frame.groupby(list(GROUP_KEY), observed=True, sort=False, dropna=False)
+    duration = groups[col.DURATION]
+    stats = pd.DataFrame(
+        {
+            "count": duration.count(),
+            "average": duration.mean(),
+            "median": duration.median(),
+            "std": duration.std(ddof=1),
+            "order": groups["_order"].min(),
+        }
+    )
+    first = groups[list(_FROM_FIRST_SAMPLE)].first()
+    counter_means = groups[counters].mean() if counters else pd.DataFrame(index=stats.index)
+    # All results share the group order of ``stats``; reorder them together, by first sample.
+    order = np.argsort(stats["order"].to_numpy(), kind="stable")
+    stats, first, counter_means = stats.iloc[order], first.iloc[order], counter_means.iloc[order]
+
+    rows: list[AggregatedRow] = []
+    first_cells = first.to_numpy(dtype=object)
+    means_table = counter_means.to_numpy(dtype=float) if counters else None
+    for i, (key, stat) in enumerate(zip(stats.index, stats.itertuples(index=False))):
+        cells = dict(zip(GROUP_KEY, (_text(v) for v in key)))
+        kernel_type = cells.pop(col.TYPE)
+        for j, name in enumerate(_FROM_FIRST_SAMPLE):
+            cells[name] = _text(first_cells[i, j])
+        means = means_table[i] if means_table is not None else ()
+        rows.append(
+            AggregatedRow(
+                kernel_type=kernel_type,
+                cells={name: cells[name] for name in IDENTITY_COLUMNS},
+                count=int(stat.count),
+                average=float(stat.average),
+                median=float(stat.median),
+                std=None if pd.isna(stat.std) else float(stat.std),
+                counters={
+                    name: (None if math.isnan(means[j]) else float(means[j])) for j, name in enumerate(counters)
+                },
+            )
+        )
+    # One CSV per kernel type: keep each type's rows together, types in order of first appearance.
+    position = {name: i for i, name in enumerate(dict.fromkeys(row.kernel_type for row in rows))}
+    rows.sort(key=lambda row: position[row.kernel_type])
+    return rows
+
+
+def _text(value: object) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value)

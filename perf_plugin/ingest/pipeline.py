@@ -1,0 +1,123 @@
+"""Ingest end to end: find the profile, read it, aggregate, merge into the database.
+
+``ingest_path`` serves ``perfdb ingest``; ``ingest_profiler`` takes a finished
+``torch.profiler.profile`` object directly (a model profiled in process becomes database rows
+without a trace file in between).  Both return an ``IngestReport`` whose ``lines()`` is what
+the command prints.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perf_plugin.ingest import discover as disc
+from perf_plugin.ingest.aggregate import AggregatedRow, aggregate
+from perf_plugin.ingest.merge import MergeResult, group_by_type, merge_into_database, validate_types
+from perf_plugin.ingest.profile_table import ProfileTable, combine, read_profile_table
+from perf_plugin.ingest.torch_trace import TraceSummary, read_live_profiler, read_trace_file
+
+
+@dataclass
+class IngestReport:
+    discovery: disc.Discovery | None
+    table: ProfileTable
+    rows: list[AggregatedRow]
+    merge: MergeResult | None = None
+    traces: list[TraceSummary] = field(default_factory=list)
+
+    @property
+    def kernel_types(self) -> list[str]:
+        return list(dict.fromkeys(row.kernel_type for row in self.rows))
+
+    @property
+    def communication(self) -> Counter[str]:
+        return self.table.communication
+
+    def lines(self) -> list[str]:
+        out: list[str] = []
+        if self.discovery is not None:
+            out.append(f"input: {len(self.discovery.files)} {self.discovery.kind} file(s)")
+            for file in self.discovery.files:
+                out.append(f"  {file}")
+                for name, found in self.discovery.sidecars.get(file, {}).items():
+                    out.append(f"    {name}: {found if found is not None else 'not found'}")
+            if self.discovery.ignored:
+                out.append(
+                    f"  ignored {len(self.discovery.ignored)} other profiler file(s) "
+                    f"(the {self.discovery.kind} files describe the same kernels)"
+                )
+        table = self.table
+        out.append(
+            f"rows read: {table.rows_read}; compute samples: {table.compute_rows}; "
+            f"aggregated rows: {len(self.rows)} in {len(self.kernel_types)} kernel type(s)"
+        )
+        if table.communication:
+            detail = ", ".join(f"{name} x{count}" for name, count in sorted(table.communication.items()))
+            total = sum(table.communication.values())
+            out.append(f"communication rows left out of the compute CSVs: {total} ({detail})")
+        if table.without_type:
+            out.append(f"rows without a kernel type (Type N/A or empty), skipped: {table.without_type}")
+        if table.without_duration:
+            out.append(f"rows without a duration, skipped: {table.without_duration}")
+        for trace in self.traces:
+            where = f"{trace.device_name or 'device'} kernels" if trace.device_trace else "CPU operator time"
+            out.append(f"trace: {trace.operators} top-level operators, {trace.samples} samples ({where})")
+            if trace.transfers:
+                out.append(f"  host<->device transfers left out: {trace.transfers}")
+            if trace.unattributed:
+                out.append(
+                    f"  device activities launched outside any operator, left out: {sum(trace.unattributed.values())}"
+                )
+            if trace.no_output_rows:
+                out.append(
+                    f"  samples whose outputs the trace does not determine (output cells empty): {trace.no_output_rows}"
+                )
+            if trace.unknown_dtype_rows:
+                out.append(
+                    f"  samples with a dtype the trace does not record (tensor lists): {trace.unknown_dtype_rows}"
+                )
+        if self.merge is not None:
+            out.append(f"database: {self.merge.directory}")
+            for change in self.merge.files:
+                state = "created" if change.created else ("updated" if change.rewritten else "unchanged")
+                out.append(
+                    f"  {change.path.name}: {state} (appended {change.appended}, updated {change.updated}, "
+                    f"unchanged {change.unchanged})"
+                )
+        return out
+
+
+def read_inputs(discovery: disc.Discovery) -> tuple[ProfileTable, list[TraceSummary]]:
+    if discovery.kind == disc.TORCH_TRACE:
+        tables, summaries = [], []
+        for file in discovery.files:
+            table, summary = read_trace_file(file)
+            tables.append(table)
+            summaries.append(summary)
+        return combine(tables), summaries
+    return combine([read_profile_table(file) for file in discovery.files]), []
+
+
+def ingest_path(profiling_path: str | Path, database_dir: str | Path | None) -> IngestReport:
+    """Read ``profiling_path`` and merge it into ``database_dir`` (None: read and report only)."""
+    discovery = disc.discover(profiling_path)
+    table, traces = read_inputs(discovery)
+    rows = aggregate(table.frame, table.counters)
+    validate_types(group_by_type(rows), discovery.files[0] if len(discovery.files) == 1 else None)
+    report = IngestReport(discovery, table, rows, traces=traces)
+    if database_dir is not None:
+        report.merge = merge_into_database(database_dir, rows)
+    return report
+
+
+def ingest_profiler(profiler: Any, database_dir: str | Path | None) -> IngestReport:
+    """Merge the operators of a finished ``torch.profiler.profile`` into ``database_dir``."""
+    table, summary = read_live_profiler(profiler)
+    rows = aggregate(table.frame, table.counters)
+    report = IngestReport(None, table, rows, traces=[summary])
+    if database_dir is not None:
+        report.merge = merge_into_database(database_dir, rows)
+    return report

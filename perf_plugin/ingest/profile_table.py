@@ -1,0 +1,204 @@
+"""Read one ``kernel_details*.csv`` or ``op_summary_*.csv`` into a frame of kernel samples.
+
+Profiles of a model run reach millions of rows, so the file is read by pandas' C parser with
+only the columns ingest uses (``usecols``): the kernel type, the identity columns as
+categoricals (a profile repeats a few hundred distinct cells millions of times), the duration
+and the counters as floats with ``N/A`` read as missing.  Start times (which end in a tab in real
+files) and the other bookkeeping columns are never parsed.
+
+Shape cells keep the quotes the profiler put inside the value (``"4096,1024"``), so rows
+written from them look like the profiler's own.  Communication rows are counted and dropped.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.schema import IDENTITY_COLUMNS
+from perf_plugin.ingest import columns as col
+from perf_plugin.ingest.names import COMMUNICATION_CORES, COMMUNICATION_PREFIX, normalise_kernel_type
+
+KIND_KERNEL_DETAILS = "kernel_details"
+KIND_OP_SUMMARY = "op_summary"
+
+_MISSING_TOKENS = ("N/A", "", "NA", "NaN", "nan")
+_NO_TYPE = frozenset({"", "N/A"})
+
+
+@dataclass
+class ProfileTable:
+    """The compute-kernel samples of one or more profiler tables, ready for aggregation.
+
+    ``frame`` has the columns ``Type`` (normalised), the identity columns, ``Duration(us)`` and
+    one float column per counter; ``counters`` lists the counters in file order.
+    """
+
+    frame: pd.DataFrame
+    counters: list[str]
+    sources: list[Path] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    rows_read: int = 0
+    communication: Counter[str] = field(default_factory=Counter)
+    without_type: int = 0
+    without_duration: int = 0
+
+    @property
+    def compute_rows(self) -> int:
+        return len(self.frame)
+
+
+def read_profile_table(path: str | Path) -> ProfileTable:
+    path = Path(path)
+    raw_header = col.read_raw_header(path)
+    header = [name.strip() for name in raw_header]
+    canonical = col.check_columns(path, header)
+    counters = col.counter_columns(canonical)
+    # pandas sees the header as written (spaces included); ingest works with canonical names
+    to_canonical = dict(zip(raw_header, canonical))
+    wanted = {col.TYPE, *IDENTITY_COLUMNS, col.DURATION, *counters}
+    if col.NAME in canonical:
+        wanted.add(col.NAME)
+    usecols = [name for name in raw_header if to_canonical[name] in wanted]
+    numeric = [name for name in usecols if to_canonical[name] in {col.DURATION, *counters}]
+    dtypes: dict[str, str] = {name: "category" for name in usecols if name not in numeric}
+    dtypes.update({name: "float64" for name in numeric})
+    frame = _read_csv(path, usecols, dtypes, numeric)
+    frame.columns = [to_canonical[name] for name in frame.columns]
+    kind = KIND_OP_SUMMARY if col.is_op_summary_header(header) else KIND_KERNEL_DETAILS
+    return _to_samples(frame, counters, path, kind)
+
+
+def _read_csv(path: Path, usecols: list[str], dtypes: dict[str, str], numeric: list[str]) -> pd.DataFrame:
+    try:
+        return pd.read_csv(
+            path,
+            usecols=usecols,
+            dtype=dtypes,
+            na_values={name: list(_MISSING_TOKENS) for name in numeric},
+            keep_default_na=False,
+            encoding="utf-8-sig",
+            engine="c",
+            skipinitialspace=False,
+        )
+    except ValueError as exc:
+        if isinstance(exc, UnicodeDecodeError):
+            raise DatabaseError(f"not UTF-8 text (byte {exc.start})", path=path) from None
+        if isinstance(exc, pd.errors.ParserError):
+            raise DatabaseError(f"malformed CSV: {exc}", path=path) from None
+        _locate_bad_number(path, numeric)
+        raise DatabaseError(f"malformed CSV: {exc}", path=path) from None
+    except pd.errors.EmptyDataError:
+        raise DatabaseError("empty file: no header line", path=path) from None
+
+
+def _locate_bad_number(path: Path, numeric: list[str]) -> None:
+    """Raise a DatabaseError naming the row and column of the first non-numeric cell."""
+    text = pd.read_csv(path, usecols=numeric, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    first: tuple[int, str, str] | None = None
+    for name in numeric:
+        cells = text[name].str.strip()
+        bad = pd.to_numeric(cells, errors="coerce").isna() & ~cells.isin(_MISSING_TOKENS)
+        if bad.any():
+            index = int(np.flatnonzero(bad.to_numpy())[0])
+            if first is None or index < first[0]:
+                first = (index, name, str(text[name].iloc[index]))
+    if first is not None:
+        index, name, value = first
+        # +2: the header is line 1 and records are one line each in profiler tables
+        raise DatabaseError(f"{value!r} is not a number", path=path, row=index + 2, column=name)
+
+
+def _category_map(series: pd.Series, func: Callable[[str], str]) -> pd.Series:
+    """Apply ``func`` to the categories of a categorical column, merging equal results."""
+    categories = [func(str(c)) for c in series.cat.categories]
+    unique = list(dict.fromkeys(categories))
+    position = {name: i for i, name in enumerate(unique)}
+    code_map = np.array([position[c] for c in categories] + [-1], dtype=np.int64)
+    codes = series.cat.codes.to_numpy().astype(np.int64)  # -1 for missing indexes the trailing -1
+    return pd.Series(
+        pd.Categorical.from_codes(code_map[codes], categories=unique), index=series.index, name=series.name
+    )
+
+
+def _category_mask(series: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray:
+    hits = np.array([bool(predicate(str(c))) for c in series.cat.categories] + [False])
+    return hits[series.cat.codes.to_numpy().astype(np.int64)]
+
+
+def _to_samples(frame: pd.DataFrame, counters: list[str], path: Path, kind: str) -> ProfileTable:
+    rows_read = len(frame)
+    for name in (col.TYPE, *IDENTITY_COLUMNS, col.NAME):
+        if name in frame.columns and not isinstance(frame[name].dtype, pd.CategoricalDtype):
+            frame[name] = frame[name].astype("category")
+    raw_type = frame[col.TYPE]
+    communication = _category_mask(raw_type, lambda t: t.strip().startswith(COMMUNICATION_PREFIX))
+    communication |= _category_mask(
+        frame[col.ACCELERATOR_CORE], lambda c: c.strip().upper() in COMMUNICATION_CORES
+    )
+    if col.NAME in frame.columns:
+        communication |= _category_mask(frame[col.NAME], lambda n: n.strip().startswith(COMMUNICATION_PREFIX))
+    no_type = _category_mask(raw_type, lambda t: t.strip() in _NO_TYPE) | raw_type.isna().to_numpy()
+    no_type &= ~communication
+
+    comm_counts: Counter[str] = Counter()
+    if communication.any():
+        comm_types = raw_type[communication].astype(str).str.strip()
+        comm_counts.update(comm_types.value_counts().to_dict())
+
+    keep = ~communication & ~no_type
+    no_duration = keep & frame[col.DURATION].isna().to_numpy()
+    keep &= ~no_duration
+    if col.NAME in frame.columns:
+        del frame[col.NAME]
+    compute = frame if keep.all() else frame.loc[keep].reset_index(drop=True)
+    compute[col.TYPE] = _category_map(compute[col.TYPE], normalise_kernel_type)
+    for name in IDENTITY_COLUMNS:
+        # a short (ragged) record leaves trailing cells missing: they read as empty text
+        cells = compute[name].cat.remove_unused_categories()
+        if cells.isna().any():
+            if "" not in cells.cat.categories:
+                cells = cells.cat.add_categories([""])
+            cells = cells.fillna("")
+        compute[name] = cells
+    return ProfileTable(
+        frame=compute,
+        counters=list(counters),
+        sources=[path],
+        kinds=[kind],
+        rows_read=rows_read,
+        communication=comm_counts,
+        without_type=int(no_type.sum()),
+        without_duration=int(no_duration.sum()),
+    )
+
+
+def combine(tables: list[ProfileTable]) -> ProfileTable:
+    """One table from several files (ranks, steps, slices); counters are the union, in order."""
+    if len(tables) == 1:
+        return tables[0]
+    counters = list(dict.fromkeys(name for table in tables for name in table.counters))
+    string_columns = [col.TYPE, *IDENTITY_COLUMNS]
+    frames = [table.frame.reindex(columns=[*string_columns, col.DURATION, *counters]) for table in tables]
+    merged = {
+        name: pd.api.types.union_categoricals([frame[name] for frame in frames], ignore_order=True)
+        for name in string_columns
+    }
+    numbers = pd.concat([frame[[col.DURATION, *counters]] for frame in frames], ignore_index=True)
+    frame = pd.DataFrame({name: pd.Series(merged[name]) for name in string_columns})
+    frame = pd.concat([frame, numbers], axis=1)
+    result = ProfileTable(frame=frame, counters=counters)
+    for table in tables:
+        result.sources += table.sources
+        result.kinds += table.kinds
+        result.rows_read += table.rows_read
+        result.communication.update(table.communication)
+        result.without_type += table.without_type
+        result.without_duration += table.without_duration
+    return result

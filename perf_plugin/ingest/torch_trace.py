@@ -1,0 +1,119 @@
+"""PyTorch profiler traces (CUDA and CPU) -> kernel samples ready for aggregation.
+
+Each execution of a top-level operator is one sample (``trace_attribution``), named and
+described by ``aten_mapping``.  Its duration is:
+
+* on a trace with device activity (CUDA): the summed device time of the kernels, memsets and
+  device-to-device copies the operator launched (``Accelerator Core`` = ``CUDA``); operators that
+  launched nothing on the device are not rows;
+* on a CPU-only trace: the operator's own wall time on the CPU (its ``dur``, which includes the
+  operators it called), for operators that do work (views and allocations are left out);
+  ``Accelerator Core`` = ``CPU``.
+
+The profile must be taken with ``record_shapes=True``: without input shapes there is nothing to
+key a database row on.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.schema import IDENTITY_COLUMNS
+from perf_plugin.ingest import columns as col
+from perf_plugin.ingest.aten_mapping import does_work, map_operator
+from perf_plugin.ingest.profile_table import ProfileTable
+from perf_plugin.ingest.trace_attribution import attribute, is_communication_op
+from perf_plugin.ingest.trace_events import TraceData, read_chrome_trace, read_profiler
+
+KIND_TORCH_TRACE = "torch_trace"
+CORE_CUDA = "CUDA"
+CORE_CPU = "CPU"
+
+
+@dataclass
+class TraceSummary:
+    """What a trace held besides the samples, for the ingest report."""
+
+    device_trace: bool
+    device_name: str | None = None
+    operators: int = 0
+    samples: int = 0
+    transfers: int = 0
+    unattributed: Counter[str] = field(default_factory=Counter)
+    unknown_dtype_rows: int = 0
+    no_output_rows: int = 0
+
+    @property
+    def accelerator_core(self) -> str:
+        return CORE_CUDA if self.device_trace else CORE_CPU
+
+
+def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
+    if not trace.ops:
+        raise DatabaseError("the trace holds no CPU operators (cat 'cpu_op')", path=trace.source)
+    if not trace.has_shapes:
+        raise DatabaseError(
+            "the trace has no input shapes: profile with torch.profiler.profile(record_shapes=True)",
+            path=trace.source,
+        )
+    attribution = attribute(trace)
+    summary = TraceSummary(
+        device_trace=attribution.device_trace,
+        device_name=trace.device_name,
+        transfers=attribution.transfers,
+        unattributed=attribution.unattributed,
+    )
+    communication: Counter[str] = Counter(attribution.communication)
+    records: list[dict[str, Any]] = []
+    for sample in attribution.samples:
+        summary.operators += 1
+        op = sample.op
+        if is_communication_op(op.name):
+            if not attribution.device_trace:
+                communication[op.name] += 1
+            continue
+        descendants = sample.descendants()
+        if attribution.device_trace:
+            if sample.activities == 0:
+                continue
+            duration_us = sample.device_ns / 1000.0
+        else:
+            if not does_work(op, descendants):
+                continue
+            duration_us = op.duration_ns / 1000.0
+        mapped = map_operator(op, descendants)
+        cells = mapped.cells(summary.accelerator_core)
+        if any(slot.shape is not None and not slot.dtype for slot in (*mapped.inputs, *mapped.outputs)):
+            summary.unknown_dtype_rows += 1
+        if not mapped.outputs:
+            summary.no_output_rows += 1
+        records.append({col.TYPE: mapped.kernel_type, **cells, col.DURATION: duration_us})
+    summary.samples = len(records)
+    frame = pd.DataFrame.from_records(records, columns=[col.TYPE, *IDENTITY_COLUMNS, col.DURATION])
+    for name in (col.TYPE, *IDENTITY_COLUMNS):
+        frame[name] = frame[name].astype("category")
+    frame[col.DURATION] = frame[col.DURATION].astype("float64")
+    table = ProfileTable(
+        frame=frame,
+        counters=[],
+        sources=[trace.source] if trace.source is not None else [],
+        kinds=[KIND_TORCH_TRACE],
+        rows_read=summary.operators,
+        communication=communication,
+    )
+    return table, summary
+
+
+def read_trace_file(path: str | Path) -> tuple[ProfileTable, TraceSummary]:
+    return trace_samples(read_chrome_trace(path))
+
+
+def read_live_profiler(profiler: Any) -> tuple[ProfileTable, TraceSummary]:
+    return trace_samples(read_profiler(profiler))
+

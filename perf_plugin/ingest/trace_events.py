@@ -1,0 +1,278 @@
+"""PyTorch profiler events in one form, from a Chrome trace file or a live profiler object.
+
+``torch.profiler`` (Kineto) records three kinds of events that ingest needs:
+
+* CPU operators (``cat: cpu_op``): name, thread, start, duration, and with ``record_shapes=True``
+  the input dims, input types and concrete scalar inputs;
+* runtime launches (``cat: cuda_runtime`` / ``cuda_driver``: ``cudaLaunchKernel``...) on the
+  CPU thread, carrying the CUPTI ``correlation`` id;
+* device activities (``cat: kernel``, ``gpu_memcpy``, ``gpu_memset``) carrying the same
+  ``correlation`` id, and the ``External id`` of the operator that was running at launch.
+
+``export_chrome_trace`` writes them as JSON (``ts``/``dur`` in microseconds with nanosecond
+decimals); a live ``profile`` object holds them as ``_KinetoEvent`` objects.  Both become
+``TraceData`` here, with times in integer nanoseconds so that nesting tests are exact.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perf_plugin.database.errors import DatabaseError
+
+CPU_OP_CATEGORIES = frozenset({"cpu_op", "operator"})
+LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "runtime", "privateuse1_runtime"})
+DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
+FLOW_CATEGORIES = frozenset({"ac2g"})
+
+
+@dataclass(eq=False)
+class TraceOp:
+    """A CPU operator; ``children`` and ``parent`` are filled by the attribution step."""
+
+    name: str
+    thread: tuple[int, int]
+    start_ns: int
+    end_ns: int
+    external_id: int | None = None
+    dims: list[Any] = field(default_factory=list)
+    types: list[str] = field(default_factory=list)
+    concrete: list[Any] = field(default_factory=list)
+    children: list["TraceOp"] = field(default_factory=list)
+    parent: "TraceOp | None" = None
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    def descendants(self) -> list["TraceOp"]:
+        """The operators this one called, in call order (pre-order)."""
+        found: list[TraceOp] = []
+        stack = list(reversed(self.children))
+        while stack:
+            node = stack.pop()
+            found.append(node)
+            stack.extend(reversed(node.children))
+        return found
+
+
+@dataclass(frozen=True)
+class Launch:
+    name: str
+    thread: tuple[int, int]
+    start_ns: int
+    correlation: int | None
+    external_id: int | None
+
+
+@dataclass(frozen=True)
+class DeviceActivity:
+    name: str
+    category: str
+    start_ns: int
+    duration_ns: int
+    correlation: int | None
+    external_id: int | None
+
+
+@dataclass
+class TraceData:
+    ops: list[TraceOp]
+    launches: list[Launch]
+    activities: list[DeviceActivity]
+    device_name: str | None = None
+    source: Path | None = None
+    has_shapes: bool = False
+
+
+def _ns(microseconds: Any) -> int:
+    return int(round(float(microseconds) * 1000.0))
+
+
+def _int_or_none(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        if path.name.lower().endswith(".gz"):
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                return json.load(handle)
+        with path.open("r", encoding="utf-8") as handle:
+            return json.load(handle)
+    except OSError as exc:
+        raise DatabaseError(f"cannot read file: {exc.strerror or exc}", path=path) from None
+    except (json.JSONDecodeError, UnicodeDecodeError, EOFError) as exc:
+        raise DatabaseError(f"not a JSON trace: {exc}", path=path) from None
+
+
+def read_chrome_trace(path: str | Path) -> TraceData:
+    """Events of a trace written by ``torch.profiler.profile.export_chrome_trace``."""
+    path = Path(path)
+    document = _load_json(path)
+    events = document.get("traceEvents") if isinstance(document, dict) else document
+    if not isinstance(events, list):
+        raise DatabaseError("not a Chrome trace: no 'traceEvents' list", path=path)
+
+    ops: list[TraceOp] = []
+    launches: list[Launch] = []
+    activities: list[DeviceActivity] = []
+    flow_ends: dict[tuple[Any, Any, int], int] = {}
+    pending: list[tuple[dict[str, Any], str]] = []
+    has_shapes = bool(document.get("record_shapes")) if isinstance(document, dict) else False
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        category = str(event.get("cat", "")).lower()
+        phase = event.get("ph")
+        if category in FLOW_CATEGORIES and phase == "f":
+            flow_id = _int_or_none(event.get("id"))
+            if flow_id is not None and "ts" in event:
+                flow_ends[(event.get("pid"), event.get("tid"), _ns(event["ts"]))] = flow_id
+            continue
+        if phase != "X" or "ts" not in event:
+            continue
+        args = event.get("args") or {}
+        start = _ns(event["ts"])
+        duration = _ns(event.get("dur", 0))
+        thread = (_int_or_none(event.get("pid")) or 0, _int_or_none(event.get("tid")) or 0)
+        if category in CPU_OP_CATEGORIES:
+            if "Input Dims" in args:
+                has_shapes = True
+            ops.append(
+                TraceOp(
+                    name=str(event.get("name", "")),
+                    thread=thread,
+                    start_ns=start,
+                    end_ns=start + duration,
+                    external_id=_int_or_none(args.get("External id")),
+                    dims=list(args.get("Input Dims") or []),
+                    types=[str(t) for t in (args.get("Input type") or [])],
+                    concrete=list(args.get("Concrete Inputs") or []),
+                )
+            )
+        elif category in LAUNCH_CATEGORIES:
+            launches.append(
+                Launch(
+                    str(event.get("name", "")),
+                    thread,
+                    start,
+                    _int_or_none(args.get("correlation")),
+                    _int_or_none(args.get("External id")),
+                )
+            )
+        elif category in DEVICE_CATEGORIES:
+            pending.append((event, category))
+    for event, category in pending:
+        args = event.get("args") or {}
+        start = _ns(event["ts"])
+        correlation = _int_or_none(args.get("correlation"))
+        if correlation is None:
+            # Older traces link launch and kernel only through an "ac2g" flow event.
+            correlation = flow_ends.get((event.get("pid"), event.get("tid"), start))
+        activities.append(
+            DeviceActivity(
+                str(event.get("name", "")),
+                category,
+                start,
+                _ns(event.get("dur", 0)),
+                correlation,
+                _int_or_none(args.get("External id")),
+            )
+        )
+    device_name = None
+    if isinstance(document, dict):
+        for properties in document.get("deviceProperties") or []:
+            if isinstance(properties, dict) and properties.get("name"):
+                device_name = str(properties["name"])
+                break
+    return TraceData(ops, launches, activities, device_name, path, has_shapes)
+
+
+def _kineto_results(profiler: Any) -> Any:
+    inner = getattr(profiler, "profiler", None)  # torch.profiler.profile wraps the autograd profiler
+    for candidate in (inner, profiler):
+        results = getattr(candidate, "kineto_results", None)
+        if results is not None:
+            return results
+    raise DatabaseError(
+        "the profiler object holds no results: pass a torch.profiler.profile after its 'with' block "
+        "(or after stop())"
+    )
+
+
+def _live_category(event: Any) -> str:
+    """Kineto activity type; older releases (no ``activity_type``) are classified by device/link."""
+    activity_type = getattr(event, "activity_type", None)
+    if activity_type is not None:
+        return str(activity_type()).lower()
+    if "CPU" not in str(event.device_type()):
+        name = event.name().lower()
+        return "gpu_memcpy" if name.startswith("memcpy") else "gpu_memset" if name.startswith("memset") else "kernel"
+    # Runtime calls carry the id of the operator that made them; operators carry none.
+    return "cuda_runtime" if int(event.linked_correlation_id()) > 0 else "cpu_op"
+
+
+def _live_dims(event: Any) -> list[Any]:
+    structured = getattr(event, "structured_input_shapes", None)
+    return list((structured() if structured is not None else event.shapes()) or [])
+
+
+def read_profiler(profiler: Any) -> TraceData:
+    """Events of a finished ``torch.profiler.profile`` (or ``torch.autograd.profiler.profile``)."""
+    ops: list[TraceOp] = []
+    launches: list[Launch] = []
+    activities: list[DeviceActivity] = []
+    has_shapes = False
+    for event in _kineto_results(profiler).events():
+        category = _live_category(event)
+        start = int(event.start_ns())
+        duration = int(event.duration_ns())
+        thread = (0, int(event.start_thread_id()))
+        if category in CPU_OP_CATEGORIES:
+            dims = _live_dims(event)
+            has_shapes = has_shapes or any(dims)
+            # A CPU op's correlation id is its External id: device events point at it.
+            ops.append(
+                TraceOp(
+                    name=event.name(),
+                    thread=thread,
+                    start_ns=start,
+                    end_ns=start + duration,
+                    external_id=int(event.correlation_id()),
+                    dims=dims,
+                    types=[str(t) for t in (event.dtypes() or [])],
+                    concrete=list(event.concrete_inputs() or []),
+                )
+            )
+        elif category in LAUNCH_CATEGORIES:
+            launches.append(
+                Launch(
+                    event.name(),
+                    thread,
+                    start,
+                    int(event.correlation_id()),
+                    int(event.linked_correlation_id()) or None,
+                )
+            )
+        elif category in DEVICE_CATEGORIES:
+            activities.append(
+                DeviceActivity(
+                    event.name(),
+                    category,
+                    start,
+                    duration,
+                    int(event.correlation_id()) or None,
+                    int(event.linked_correlation_id()) or None,
+                )
+            )
+    return TraceData(ops, launches, activities, None, None, has_shapes)
