@@ -1,20 +1,20 @@
-"""Attribute profiler events to the labelled ranges of cases and repeats.
+"""Attribute profiler events to the cases and repeats that produced them.
 
-Works on plain tuples, so it is unit-testable without a profiler.  Each timed repeat runs inside
-a CPU-side range labelled ``perfcase::<case number>::<repeat>``.
+Works on plain records, so it is unit-testable without a profiler.
 
-* Device kernels (CUDA kernels, memcpy, memset) are attributed through their launch: the device
-  event and the runtime call that launched it share a correlation id, and the runtime call's CPU
-  timestamp falls inside the range.  A repeat's duration is the sum of its kernels' device
-  durations (gaps between kernels are not the kernels' time).
-* On the CPU, a repeat's duration is the sum of the top-level operator events inside the range
-  (nested ops are part of their parent's time).
+* Device kernels (CUDA kernels, memcpy, memset) are delimited by marker kernels launched before
+  each repeat (``attribute_by_markers``).  A repeat's duration is the sum of its kernels' device
+  durations: gaps between kernels are launch latency, not the kernels' time.
+* On the CPU each timed repeat runs inside a range labelled ``perfcase::<case number>::<repeat>``
+  and a repeat's duration is the sum of the top-level operator events inside the range (nested
+  ops are part of their parent's time).
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 RANGE_PREFIX = "perfcase::"
@@ -65,31 +65,6 @@ def _ranges(events: list[RawEvent]) -> list[tuple[int, int, int, tuple[int, int]
     return found
 
 
-def attribute_device_kernels(events: list[RawEvent]) -> dict[tuple[int, int], RepeatTiming]:
-    """(case number, repeat) -> timing from device events, linked through correlation ids."""
-    ranges = _ranges(events)
-    starts = [r[0] for r in ranges]
-    launch_time: dict[int, int] = {}
-    for event in events:
-        if not event.on_device and not event.is_annotation and event.correlation_id:
-            # CPU-side events carrying a correlation id are the runtime launches; keep the earliest
-            launch_time.setdefault(event.correlation_id, event.start_ns)
-    timings: dict[tuple[int, int], RepeatTiming] = defaultdict(RepeatTiming)
-    for event in events:
-        if not event.on_device or event.is_annotation:
-            continue
-        at = launch_time.get(event.correlation_id)
-        if at is None:
-            continue
-        position = bisect.bisect_right(starts, at) - 1
-        if position < 0:
-            continue
-        start, end, _thread, key = ranges[position]
-        if start <= at <= end:
-            timings[key].add(event.name, event.duration_ns)
-    return dict(timings)
-
-
 def attribute_cpu_ops(events: list[RawEvent]) -> dict[tuple[int, int], RepeatTiming]:
     """(case number, repeat) -> timing from the top-level CPU operators inside each range."""
     ranges = _ranges(events)
@@ -115,3 +90,39 @@ def attribute_cpu_ops(events: list[RawEvent]) -> dict[tuple[int, int], RepeatTim
             covered_until = op.start_ns + op.duration_ns
         timings[key] = timing
     return timings
+
+
+MARKER_KERNEL = "spin_kernel"  # the kernel torch.cuda._sleep launches; delimits repeats on CUDA
+
+
+def attribute_by_markers(
+    device_events: list[RawEvent],
+    segments: list[tuple[int, int] | None],
+    is_marker: Callable[[str], bool] = lambda name: MARKER_KERNEL in name,
+) -> tuple[dict[tuple[int, int], RepeatTiming], str | None]:
+    """(case number, repeat) -> timing from device events delimited by marker kernels.
+
+    The collector launches a tiny marker kernel before each timed repeat (and after the last
+    repeat of a case, and around cold-cache flushes), recording in ``segments`` what the device
+    work after each marker belongs to (``None``: nothing to time).  Correlation ids grow in launch
+    order, so sorting device events by correlation id and walking the markers assigns every
+    kernel to its repeat without recording any CPU-side operator events, which is what makes
+    the in-process profiler cheap enough for small kernels.  Returns an error text when the
+    number of markers seen differs from the number launched (events were lost).
+    """
+    ordered = sorted((e for e in device_events if e.on_device and not e.is_annotation), key=lambda e: e.correlation_id)
+    timings: dict[tuple[int, int], RepeatTiming] = {}
+    current: tuple[int, int] | None = None
+    seen = 0
+    for event in ordered:
+        if is_marker(event.name):
+            current = segments[seen] if seen < len(segments) else None
+            seen += 1
+            if current is not None:
+                timings.setdefault(current, RepeatTiming())
+            continue
+        if current is not None:
+            timings[current].add(event.name, event.duration_ns)
+    if seen != len(segments):
+        return timings, f"the profiler returned {seen} marker kernels for {len(segments)} launched: events were lost"
+    return timings, None

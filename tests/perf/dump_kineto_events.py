@@ -18,6 +18,7 @@ def main() -> None:
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         with torch._C._profiler._RecordFunctionFast("perfcase::1::0"):
+            torch.cuda._sleep(1)  # the collector's repeat marker
             a.mm(b)
             a.add(b)
             a.clone()
