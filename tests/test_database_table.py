@@ -135,3 +135,14 @@ def test_unreadable_file_is_a_database_error(tmp_path: Path) -> None:
     with pytest.raises(DatabaseError) as info:
         CsvTable.read(path)
     assert str(path) in str(info.value) and "UTF-8" in str(info.value)
+
+
+def test_deleting_rows_marks_the_table_changed(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("a\n1\n2\n3\n")
+    table = CsvTable.read(path)
+    assert not table.changed
+    table.delete_rows([1])
+    assert table.changed
+    table.write()
+    assert path.read_text() == "a\n1\n3\n"

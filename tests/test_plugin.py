@@ -29,6 +29,21 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _profiler_modules_loaded() -> None:
+    """Import what a profiler session imports lazily, before pytester's in-process runs.
+
+    pytester restores ``sys.modules`` after every in-process run; torch.profiler imports
+    modules on first use (``torch._inductor`` among them) whose C++ state outlives them, so a
+    second run would re-import them over live state.  Loading them once up front keeps them.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]):
+        torch.ones(1).add(1)
+
+
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> Path:
     pytester.makepyfile(test_kernels=BENCH_TEST)

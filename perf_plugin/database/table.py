@@ -67,6 +67,7 @@ class CsvTable:
     row_lines: list[int] = field(default_factory=list)
     _raw_header: str | None = None
     _raw_rows: list[str | None] = field(default_factory=list)
+    _rows_removed: bool = False
 
     # ----------------------------------------------------------------------------- reading
     @classmethod
@@ -190,6 +191,8 @@ class CsvTable:
 
     def delete_rows(self, indices: Iterable[int]) -> None:
         doomed = set(indices)
+        if doomed:
+            self._rows_removed = True
         keep = [i for i in range(len(self.rows)) if i not in doomed]
         self.rows = [self.rows[i] for i in keep]
         self._raw_rows = [self._raw_rows[i] for i in keep]
@@ -197,7 +200,7 @@ class CsvTable:
 
     @property
     def changed(self) -> bool:
-        return self._raw_header is None or any(raw is None for raw in self._raw_rows)
+        return self._rows_removed or self._raw_header is None or any(raw is None for raw in self._raw_rows)
 
     # ----------------------------------------------------------------------------- writing
     def _serialise(self, cells: Sequence[str]) -> str:

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from perf_plugin.replay.tensors import KernelRow, TensorSpec, random_tensor
+from perf_plugin.replay.tensors import DTYPES, KernelRow, TensorSpec, random_tensor
 
 if TYPE_CHECKING:
     import torch
@@ -63,7 +63,14 @@ class OpReplay(ABC):
         return self.run(*[_to_reference(a) for a in args])
 
     def tolerance(self, output: TensorSpec) -> float:
-        return RELATIVE_TOLERANCE.get(output.dtype, 0.0)
+        if output.dtype in RELATIVE_TOLERANCE:
+            return RELATIVE_TOLERANCE[output.dtype]
+        # other spellings of the same floating type (FP16, HALF, BFLOAT16, FP32...) share its threshold
+        torch_name = DTYPES.get(output.dtype, ("", 0))[0]
+        for name, value in RELATIVE_TOLERANCE.items():
+            if DTYPES.get(name, ("", 0))[0] == torch_name:
+                return value
+        return 0.0
 
     def expected_outputs(self, row: KernelRow) -> Sequence[TensorSpec]:
         """The row's output slots this replay produces (all present outputs by default)."""

@@ -1,0 +1,119 @@
+"""Activation replays: ``SwiGlu`` and ``SoftmaxV2``.
+
+``SwiGlu`` (``torch_npu.npu_swiglu(x, dim)``) splits ``x`` in two halves ``A, B`` along ``dim``
+and returns ``silu(A) * B``; ``dim`` is an attribute the row does not record, so it is the one
+dimension the output halves.  ``SoftmaxV2`` (``aclnnSoftmax``) records no axis either; it is
+replayed over the last dimension, where every LLM softmax (MoE routing, sampling) runs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from perf_plugin.replay.base import CaseBuildError, OpReplay
+from perf_plugin.replay.registry import register
+from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _fmt(spec: TensorSpec) -> str:
+    return "(empty)" if spec.shape is None else "[" + ",".join(str(d) for d in spec.shape) + "]"
+
+
+def _single(row: KernelRow) -> tuple[TensorSpec, TensorSpec]:
+    """The one input and one output of a unary op."""
+    if len(row.inputs) < 1 or not row.inputs[0].present or any(s.present for s in row.inputs[1:]):
+        raise CaseBuildError(
+            f"{row.kernel_type} needs exactly one input, got " + ";".join(_fmt(s) for s in row.inputs)
+        )
+    outputs = row.present_outputs
+    if len(outputs) != 1:
+        raise CaseBuildError(f"{row.kernel_type} needs exactly one output, got {len(outputs)}")
+    x, out = row.inputs[0], outputs[0]
+    if x.dtype not in FLOATING:
+        raise CaseBuildError(f"{row.kernel_type} needs a floating input, got {x.dtype}")
+    return x, out
+
+
+def swiglu_dim(x: tuple[int, ...], out: tuple[int, ...]) -> int | None:
+    """The dimension that ``out`` halves (None unless exactly one dim differs, by a factor of 2)."""
+    if len(x) != len(out):
+        return None
+    differing = [d for d in range(len(x)) if x[d] != out[d]]
+    if len(differing) != 1 or x[differing[0]] != 2 * out[differing[0]]:
+        return None
+    return differing[0]
+
+
+@register
+class SwiGluReplay(OpReplay):
+    kernel_types = ("SwiGlu",)
+
+    def dim(self, row: KernelRow) -> int:
+        x, out = _single(row)
+        assert x.shape is not None and out.shape is not None
+        dim = swiglu_dim(x.shape, out.shape)
+        if dim is None:
+            raise CaseBuildError(
+                f"{row.kernel_type} output {_fmt(out)} is not the input {_fmt(x)} halved along one dimension"
+            )
+        if out.dtype != x.dtype:
+            raise CaseBuildError(
+                f"{row.kernel_type} output dtype {out.dtype} differs from the input dtype {x.dtype}"
+            )
+        return dim
+
+    def check(self, row: KernelRow) -> None:
+        self.dim(row)
+
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        dim = self.dim(row)
+        x, _ = _single(row)
+        return self.random(x, device, generator), dim
+
+    def run(self, x: "torch.Tensor", dim: int) -> "torch.Tensor":
+        import torch
+
+        a, b = x.chunk(2, dim)
+        return torch.nn.functional.silu(a).mul_(b)
+
+
+@register
+class SoftmaxReplay(OpReplay):
+    """Softmax over the last dim; a FLOAT output of a half input is produced by the same kernel
+    (``softmax(dim, dtype=float32)`` reads half and writes float)."""
+
+    kernel_types = ("SoftmaxV2",)
+
+    def output_dtype(self, row: KernelRow) -> str | None:
+        """None when the output keeps the input dtype, else the float32 output of a half input."""
+        x, out = _single(row)
+        if out.shape != x.shape:
+            raise CaseBuildError(f"{row.kernel_type} output {_fmt(out)} differs from the input {_fmt(x)}")
+        if out.dtype == x.dtype:
+            return None
+        if out.dtype in ("FLOAT", "FLOAT32") and x.dtype in ("FLOAT16", "BF16", "FP16", "HALF", "BFLOAT16"):
+            return out.dtype
+        raise CaseBuildError(
+            f"{row.kernel_type} output dtype {out.dtype} is not producible from input {x.dtype}"
+        )
+
+    def check(self, row: KernelRow) -> None:
+        self.output_dtype(row)
+
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        wide = self.output_dtype(row)
+        x, out = _single(row)
+        return self.random(x, device, generator), -1, out.torch_dtype() if wide else None
+
+    def run(self, x: "torch.Tensor", dim: int, dtype: "torch.dtype | None") -> "torch.Tensor":
+        return x.softmax(dim) if dtype is None else x.softmax(dim, dtype=dtype)
+
+    def reference(self, x: "torch.Tensor", dim: int, dtype: "torch.dtype | None") -> "torch.Tensor":
+        return x.detach().to("cpu").double().softmax(dim)

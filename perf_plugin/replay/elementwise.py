@@ -1,0 +1,225 @@
+"""Elementwise replays: ``Add`` and ``Mul`` (tensor x tensor), ``Muls`` (tensor x scalar), ``Cast``.
+
+Ascend profilers write a 0-d tensor as an empty shape slot that still has a data type: ``Mul``
+with ``"4096;"`` / ``FLOAT;FLOAT`` multiplies a ``[4096]`` tensor by a 0-d tensor, and ``Add``
+with ``";"`` / ``INT64;INT64`` and output ``""`` / ``INT64`` adds two 0-d tensors into a 0-d
+output.  These replays read such slots (and an output cell with a dtype but no shape) as
+shape ``()``.  Formats (``ND``, ``NCHW``, ``NCL``...) name the logical layout of a contiguous
+tensor and are not reproduced further.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from perf_plugin.database.shapes import split_slots
+from perf_plugin.database.signature import normalise_dtype, normalise_format
+from perf_plugin.replay.base import CaseBuildError, OpReplay
+from perf_plugin.replay.matmul import broadcast_shapes
+from perf_plugin.replay.registry import register
+from perf_plugin.replay.tensors import DTYPES, FLOATING, KernelRow, TensorSpec
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _fmt(spec: TensorSpec) -> str:
+    assert spec.shape is not None
+    return "[" + ",".join(str(d) for d in spec.shape) + "]"
+
+
+def _recorded_slots(row: KernelRow, side: str) -> tuple[TensorSpec, ...]:
+    """The row's slots on one side, plus dtype-only slots past the last shape slot.
+
+    A 0-d input of a one-input op is written as an empty shape cell with one dtype, which
+    parses as no slot at all; the dtype cell (kept in ``row.attrs``) still names it.
+    """
+    specs = row.inputs if side == "Input" else row.outputs
+    dtypes = [normalise_dtype(t) for t in split_slots(row.attrs.get(f"{side} Data Types", ""))]
+    formats = [normalise_format(t) for t in split_slots(row.attrs.get(f"{side} Formats", ""))]
+    extra = [
+        TensorSpec(None, dtypes[i], formats[i] if i < len(formats) else "")
+        for i in range(len(specs), len(dtypes))
+    ]
+    return tuple(specs) + tuple(extra)
+
+
+def scalar_aware_inputs(row: KernelRow) -> tuple[TensorSpec, ...]:
+    """Input slots, with 0-d tensors (empty shape, known dtype) given the shape ``()``."""
+    specs = []
+    for index, spec in enumerate(_recorded_slots(row, "Input")):
+        if spec.shape is None:
+            if not spec.dtype:
+                raise CaseBuildError(f"{row.kernel_type} input slot {index} is empty and has no data type")
+            if spec.dtype not in DTYPES:
+                raise CaseBuildError(f"{row.kernel_type} input slot {index} has unknown dtype {spec.dtype!r}")
+            spec = TensorSpec((), spec.dtype, spec.format)
+        specs.append(spec)
+    return tuple(specs)
+
+
+def scalar_aware_outputs(row: KernelRow) -> tuple[TensorSpec, ...]:
+    """Output slots that hold a tensor: a shape, or no shape but a known dtype (0-d)."""
+    specs = []
+    for spec in _recorded_slots(row, "Output"):
+        if spec.shape is None and spec.dtype in DTYPES:
+            spec = TensorSpec((), spec.dtype, spec.format)
+        if spec.shape is not None:
+            specs.append(spec)
+    return tuple(specs)
+
+
+class _ElementwiseReplay(OpReplay):
+    """Shared slot handling of the elementwise replays."""
+
+    input_count = 1
+
+    def expected_outputs(self, row: KernelRow) -> Sequence[TensorSpec]:
+        return scalar_aware_outputs(row)
+
+    def operands(self, row: KernelRow) -> tuple[tuple[TensorSpec, ...], TensorSpec]:
+        inputs = scalar_aware_inputs(row)
+        if len(inputs) != self.input_count:
+            raise CaseBuildError(
+                f"{row.kernel_type} needs {self.input_count} input slot(s), got {len(inputs)}"
+            )
+        outputs = scalar_aware_outputs(row)
+        if len(outputs) != 1:
+            raise CaseBuildError(f"{row.kernel_type} needs exactly one output, got {len(outputs)}")
+        return inputs, outputs[0]
+
+
+class _BinaryReplay(_ElementwiseReplay):
+    """Two tensors with broadcasting and dtype promotion (``Add``, ``Mul``).
+
+    ``Add(FLOAT, BF16) -> FLOAT`` is ordinary promotion; when the row's output dtype differs
+    from the promoted one (an in-place op into a narrower tensor) the result is written through
+    ``out=`` into a preallocated output of the recorded dtype, which is still one kernel.
+    """
+
+    input_count = 2
+
+    def check(self, row: KernelRow) -> None:
+        (x, y), out = self.operands(row)
+        assert x.shape is not None and y.shape is not None and out.shape is not None
+        shape = broadcast_shapes(x.shape, y.shape)
+        if shape != out.shape:
+            raise CaseBuildError(
+                f"{row.kernel_type} shapes are inconsistent: {_fmt(x)} and {_fmt(y)} "
+                + ("do not broadcast" if shape is None else f"broadcast to [{','.join(map(str, shape))}]")
+                + f", the output is {_fmt(out)}"
+            )
+        if out.dtype not in FLOATING and (x.dtype in FLOATING or y.dtype in FLOATING):
+            raise CaseBuildError(
+                f"{row.kernel_type} output dtype {out.dtype} is not floating but an input is "
+                f"({x.dtype};{y.dtype}); a floating result cannot be written into it"
+            )
+
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        import torch
+
+        self.check(row)
+        (x_spec, y_spec), out_spec = self.operands(row)
+        x = self.random(x_spec, device, generator)
+        y = self.random(y_spec, device, generator)
+        if torch.result_type(x, y) == out_spec.torch_dtype():
+            return x, y
+        return x, y, self.random(out_spec, device, generator)
+
+
+@register
+class AddReplay(_BinaryReplay):
+    kernel_types = ("Add",)
+
+    def run(self, x: "torch.Tensor", y: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
+        if out is None:
+            return x.add(y)
+        import torch
+
+        return torch.add(x, y, out=out)
+
+
+@register
+class MulReplay(_BinaryReplay):
+    kernel_types = ("Mul",)
+
+    def run(self, x: "torch.Tensor", y: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
+        if out is None:
+            return x.mul(y)
+        import torch
+
+        return torch.mul(x, y, out=out)
+
+
+@register
+class MulsReplay(_ElementwiseReplay):
+    """``Muls``: a tensor times a host scalar (the scalar is an attribute the row does not record).
+
+    The scalar is drawn from the case's generator seed (uniform in +-[0.5, 1.5] for floats,
+    2..9 for integers) without touching the device, so building inputs stays one pass.
+    """
+
+    kernel_types = ("Muls",)
+
+    def check(self, row: KernelRow) -> None:
+        (x,), out = self.operands(row)
+        if x.shape != out.shape:
+            raise CaseBuildError(f"{row.kernel_type} output {_fmt(out)} differs from the input {_fmt(x)}")
+        if x.dtype != out.dtype:
+            raise CaseBuildError(
+                f"{row.kernel_type} output dtype {out.dtype} differs from the input dtype {x.dtype}"
+            )
+
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        self.check(row)
+        (x_spec,), _ = self.operands(row)
+        rng = random.Random(generator.initial_seed() if generator is not None else None)
+        scalar: float | int
+        if x_spec.dtype in FLOATING:
+            scalar = rng.uniform(0.5, 1.5) * rng.choice((-1.0, 1.0))
+        else:
+            scalar = rng.randrange(2, 10)
+        return self.random(x_spec, device, generator), scalar
+
+    def run(self, x: "torch.Tensor", scalar: float) -> "torch.Tensor":
+        return x.mul(scalar)
+
+
+@register
+class CastReplay(_ElementwiseReplay):
+    """``Cast``: ``x.to(dtype)``; the reference is the float64 value rounded to the target dtype."""
+
+    kernel_types = ("Cast",)
+
+    def check(self, row: KernelRow) -> None:
+        (x,), out = self.operands(row)
+        if x.shape != out.shape:
+            raise CaseBuildError(f"{row.kernel_type} output {_fmt(out)} differs from the input {_fmt(x)}")
+        if x.dtype == out.dtype:
+            # x.to(same dtype) returns x itself and launches nothing; a same-dtype copy is TensorMove.
+            raise CaseBuildError(
+                f"{row.kernel_type} input and output dtype are both {x.dtype}: nothing to convert "
+                "(a same-dtype copy is TensorMove)"
+            )
+
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        self.check(row)
+        (x_spec,), out_spec = self.operands(row)
+        return self.random(x_spec, device, generator), out_spec.torch_dtype()
+
+    def run(self, x: "torch.Tensor", dtype: "torch.dtype") -> "torch.Tensor":
+        return x.to(dtype)
+
+    def reference(self, x: "torch.Tensor", dtype: "torch.dtype") -> "torch.Tensor":
+        source = x.detach().to("cpu")
+        if source.is_floating_point():
+            source = source.double()
+        return source.to(dtype)

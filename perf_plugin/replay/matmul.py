@@ -1,0 +1,246 @@
+"""MatMul family replays: ``MatMulV2``/``MatMulV3``/``MatMulCommon`` and ``BatchMatMulV2``.
+
+Profilers record each operand in its stored layout: ``A`` as ``[M,K]`` or ``[K,M]``, ``B`` as
+``[K,N]`` or ``[N,K]`` (an ``nn.Linear`` weight is ``[N,K]``), with the output ``[M,N]`` and an
+optional bias ``[N]`` in the third slot.  The layout is deduced from the shapes and the operand
+is built contiguous in that layout, then handed to ``mm`` as a ``.t()`` view, so the kernel reads
+memory the way the recorded one did.  When several layouts fit (square operands), the first of
+NN, NT, TN, TT wins: the same preference as the signature's canonical ``M,K;N,K`` form, which
+keeps ``A`` as ``[M,K]`` and ``B`` as ``[K,N]`` when ambiguous.
+
+Formats are not reproduced (plain torch tensors are ND); a private-format slot that records a
+storage shape (``FRACTAL_NZ`` tiles) fails the shape consistency check with its reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from perf_plugin.database.shapes import Shape
+from perf_plugin.replay.base import CaseBuildError, OpReplay
+from perf_plugin.replay.registry import register
+from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class MatmulLayout:
+    """How the two operands of ``out[M,N] = A @ B`` are stored."""
+
+    m: int
+    k: int
+    n: int
+    a_transposed: bool  # A stored as [K,M]
+    b_transposed: bool  # B stored as [N,K]
+
+    @property
+    def name(self) -> str:
+        return ("T" if self.a_transposed else "N") + ("T" if self.b_transposed else "N")
+
+
+def matmul_layout(a: Shape, b: Shape, out: Shape) -> MatmulLayout | None:
+    """The first layout (NN, NT, TN, TT) under which ``a``, ``b`` multiply into ``out``."""
+    m, n = out
+    for a_t in (False, True):
+        for b_t in (False, True):
+            a_m, a_k = (a[1], a[0]) if a_t else (a[0], a[1])
+            b_k, b_n = (b[1], b[0]) if b_t else (b[0], b[1])
+            if a_m == m and b_n == n and a_k == b_k:
+                return MatmulLayout(m, a_k, n, a_t, b_t)
+    return None
+
+
+def broadcast_shapes(*shapes: Shape) -> Shape | None:
+    """Numpy broadcasting of ``shapes`` (None if they do not broadcast)."""
+    width = max((len(s) for s in shapes), default=0)
+    result: list[int] = []
+    for position in range(width):
+        size = 1
+        for shape in shapes:
+            offset = position - (width - len(shape))
+            dim = shape[offset] if offset >= 0 else 1
+            if dim != 1:
+                if size not in (1, dim):
+                    return None
+                size = dim
+        result.append(size)
+    return tuple(result)
+
+
+def _fmt(shape: Sequence[int] | None) -> str:
+    return "(empty)" if shape is None else "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _operands(row: KernelRow) -> tuple[TensorSpec, TensorSpec, TensorSpec | None, TensorSpec]:
+    """Split a row into (a, b, bias or None, out), rejecting unexpected slots."""
+    inputs = row.inputs
+    if len(inputs) < 2 or inputs[0].shape is None or inputs[1].shape is None:
+        raise CaseBuildError(
+            f"{row.kernel_type} needs two operand slots, got input shapes "
+            + ";".join(_fmt(s.shape) for s in inputs)
+        )
+    bias = inputs[2] if len(inputs) > 2 and inputs[2].present else None
+    extra = [i for i, s in enumerate(inputs[3:], start=3) if s.present]
+    if extra:
+        raise CaseBuildError(
+            f"{row.kernel_type} input slot {extra[0]} is present; only operands and an optional bias "
+            "(slots 0-2) are replayed (quantisation scales/offsets are not)"
+        )
+    outputs = row.present_outputs
+    if len(outputs) != 1:
+        raise CaseBuildError(f"{row.kernel_type} needs exactly one output, got {len(outputs)}")
+    return inputs[0], inputs[1], bias, outputs[0]
+
+
+def _check_dtypes(
+    row: KernelRow, a: TensorSpec, b: TensorSpec, bias: TensorSpec | None, out: TensorSpec
+) -> None:
+    if a.dtype not in FLOATING or b.dtype not in FLOATING:
+        raise CaseBuildError(
+            f"{row.kernel_type} operands are {a.dtype}/{b.dtype}; only floating-point matmuls are "
+            "replayed (integer matmuls need quantisation parameters the row does not record)"
+        )
+    if a.dtype != b.dtype:
+        raise CaseBuildError(f"{row.kernel_type} operand dtypes differ ({a.dtype} vs {b.dtype})")
+    if out.dtype != a.dtype:
+        raise CaseBuildError(
+            f"{row.kernel_type} output dtype {out.dtype} differs from operand dtype {a.dtype}; "
+            "torch matmuls write the operand dtype"
+        )
+    if bias is not None and bias.dtype != a.dtype:
+        raise CaseBuildError(
+            f"{row.kernel_type} bias dtype {bias.dtype} differs from operand dtype {a.dtype}"
+        )
+
+
+def _stored(
+    spec: TensorSpec, transposed: bool, replay: OpReplay, device: "torch.device", generator: "torch.Generator"
+) -> "torch.Tensor":
+    """A contiguous tensor in the recorded layout, viewed as the logical operand."""
+    tensor = replay.random(spec, device, generator)
+    return tensor.transpose(-1, -2) if transposed else tensor
+
+
+@register
+class MatMulReplay(OpReplay):
+    """2-D matmul: ``A[M,K] @ B[K,N] (+ bias[N])`` through ``mm`` / ``addmm``."""
+
+    kernel_types = ("MatMulV2", "MatMulV3", "MatMulCommon")
+
+    def layout(self, row: KernelRow) -> MatmulLayout:
+        a, b, bias, out = _operands(row)
+        assert a.shape is not None and b.shape is not None and out.shape is not None
+        if len(a.shape) != 2 or len(b.shape) != 2 or len(out.shape) != 2:
+            raise CaseBuildError(
+                f"{row.kernel_type} operands and output must be 2-D, got {_fmt(a.shape)} @ {_fmt(b.shape)} "
+                f"-> {_fmt(out.shape)}"
+            )
+        layout = matmul_layout(a.shape, b.shape, out.shape)
+        if layout is None:
+            raise CaseBuildError(
+                f"{row.kernel_type} shapes are inconsistent: no layout of A {_fmt(a.shape)} and "
+                f"B {_fmt(b.shape)} ([M,K] or [K,M], [K,N] or [N,K]) gives the output {_fmt(out.shape)}"
+            )
+        if bias is not None:
+            assert bias.shape is not None
+            if broadcast_shapes(bias.shape, out.shape) != out.shape:
+                raise CaseBuildError(
+                    f"{row.kernel_type} bias {_fmt(bias.shape)} does not broadcast to the output "
+                    f"{_fmt(out.shape)}"
+                )
+        return layout
+
+    def check(self, row: KernelRow) -> None:
+        self.layout(row)
+        _check_dtypes(row, *_operands(row))
+
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        self.check(row)
+        layout = self.layout(row)
+        a, b, bias, _ = _operands(row)
+        operands = (
+            _stored(a, layout.a_transposed, self, device, generator),
+            _stored(b, layout.b_transposed, self, device, generator),
+        )
+        if bias is None:
+            return operands
+        return operands + (self.random(bias, device, generator),)
+
+    def run(self, a: "torch.Tensor", b: "torch.Tensor", bias: "torch.Tensor | None" = None) -> "torch.Tensor":
+        if bias is None:
+            return a.mm(b)
+        return bias.addmm(a, b)
+
+
+@register
+class BatchMatMulReplay(OpReplay):
+    """Batched matmul ``A[...,M,K] @ B[...,K,N] (+ bias)`` with broadcast batch dims."""
+
+    kernel_types = ("BatchMatMulV2",)
+
+    def layout(self, row: KernelRow) -> MatmulLayout:
+        a, b, bias, out = _operands(row)
+        assert a.shape is not None and b.shape is not None and out.shape is not None
+        if len(a.shape) < 2 or len(b.shape) < 2 or len(out.shape) < 2:
+            raise CaseBuildError(
+                f"{row.kernel_type} operands and output need at least 2 dims, got {_fmt(a.shape)} @ "
+                f"{_fmt(b.shape)} -> {_fmt(out.shape)}"
+            )
+        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        if batch is None or batch != out.shape[:-2]:
+            raise CaseBuildError(
+                f"{row.kernel_type} batch dims are inconsistent: {_fmt(a.shape[:-2])} and "
+                f"{_fmt(b.shape[:-2])} do not broadcast to the output batch {_fmt(out.shape[:-2])}"
+            )
+        layout = matmul_layout(a.shape[-2:], b.shape[-2:], out.shape[-2:])
+        if layout is None:
+            raise CaseBuildError(
+                f"{row.kernel_type} shapes are inconsistent: no layout of A {_fmt(a.shape)} and "
+                f"B {_fmt(b.shape)} (last two dims [M,K] or [K,M], [K,N] or [N,K]) gives the output "
+                f"{_fmt(out.shape)}"
+            )
+        if bias is not None:
+            assert bias.shape is not None
+            if broadcast_shapes(bias.shape, out.shape) != out.shape:
+                raise CaseBuildError(
+                    f"{row.kernel_type} bias {_fmt(bias.shape)} does not broadcast to the output "
+                    f"{_fmt(out.shape)}"
+                )
+        return layout
+
+    def check(self, row: KernelRow) -> None:
+        self.layout(row)
+        _check_dtypes(row, *_operands(row))
+
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        self.check(row)
+        layout = self.layout(row)
+        a, b, bias, _ = _operands(row)
+        operands = (
+            _stored(a, layout.a_transposed, self, device, generator),
+            _stored(b, layout.b_transposed, self, device, generator),
+        )
+        if bias is None:
+            return operands
+        assert a.shape is not None and b.shape is not None
+        # baddbmm fuses the bias when both operands are 3-D with one batch size; other
+        # broadcast patterns go through matmul + an in-place add (two kernels).
+        fused = len(a.shape) == 3 and len(b.shape) == 3 and a.shape[0] == b.shape[0]
+        return operands + (self.random(bias, device, generator), fused)
+
+    def run(
+        self, a: "torch.Tensor", b: "torch.Tensor", bias: "torch.Tensor | None" = None, fused: bool = False
+    ) -> "torch.Tensor":
+        if bias is None:
+            return a.matmul(b)
+        if fused:
+            return bias.baddbmm(a, b)
+        return a.matmul(b).add_(bias)

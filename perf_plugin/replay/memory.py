@@ -1,0 +1,307 @@
+"""Data-movement replays: ``Transpose``, ``Slice``, ``GatherV2``, ``TensorMove``, ``ConcatD``.
+
+Their outputs are copies of input elements, so they are verified bit-exact (tolerance 0) against
+the same movement done on CPU copies in the native dtype (no float64 upcast: a ``[151936,1024]``
+embedding table would otherwise cost 1.2 GB for nothing).
+
+The host values these kernels take as inputs (Transpose ``perm``, Slice ``offsets``/``size``,
+GatherV2 ``axis``) are recorded as shapes only, never as values; they are derived from the
+shapes:
+
+* ``Transpose``: the permutation that maps input slot 0 onto the output shape; when dims repeat,
+  the lexicographically first one (``[1,6,6,8192] -> [8192,1,6,6]`` is ``(3,0,1,2)``, not
+  ``(3,0,2,1)``: both move the same bytes).
+* ``Slice``: offsets 0 and sizes = the output shape.
+* ``GatherV2``: the first axis ``a`` with ``out == x[:a] + indices + x[a+1:]``; indices are
+  random in range.
+* ``ConcatD``: the one axis along which the inputs add up to the output.
+
+Strided views (the permuted or sliced input) are built once in ``make_inputs``; ``run`` is the
+copy alone, written into a preallocated output so a real copy kernel always runs (``contiguous()``
+would launch nothing for a slice along the leading dim or a permutation of unit dims).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from perf_plugin.replay.base import CaseBuildError, OpReplay
+from perf_plugin.replay.elementwise import scalar_aware_inputs
+from perf_plugin.replay.registry import register
+from perf_plugin.replay.tensors import KernelRow, TensorSpec
+
+if TYPE_CHECKING:
+    import torch
+
+Shape = tuple[int, ...]
+INDEX_DTYPES = frozenset({"INT32", "INT64"})
+
+
+def _fmt(shape: Sequence[int] | None) -> str:
+    return "(empty)" if shape is None else "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def derive_perm(source: Shape, target: Shape) -> tuple[int, ...] | None:
+    """The lexicographically first permutation ``p`` with ``source[p[i]] == target[i]``."""
+    if len(source) != len(target) or sorted(source) != sorted(target):
+        return None
+    used: set[int] = set()
+    perm: list[int] = []
+    for size in target:
+        # taking the smallest free axis of the right size at each position is the
+        # lexicographically smallest choice, and it never blocks a later position
+        axis = next(a for a in range(len(source)) if a not in used and source[a] == size)
+        used.add(axis)
+        perm.append(axis)
+    return tuple(perm)
+
+
+def gather_axis(table: Shape, indices: Shape, out: Shape) -> int | None:
+    """The first axis along which gathering ``indices`` from ``table`` gives ``out``."""
+    for axis in range(len(table)):
+        if table[:axis] + indices + table[axis + 1 :] == out:
+            return axis
+    return None
+
+
+def concat_axis(inputs: Sequence[Shape], out: Shape) -> int | None:
+    """The first axis along which ``inputs`` concatenate into ``out``."""
+    if any(len(s) != len(out) for s in inputs):
+        return None
+    for axis in range(len(out)):
+        rest = out[:axis] + out[axis + 1 :]
+        others_match = all(s[:axis] + s[axis + 1 :] == rest for s in inputs)
+        if others_match and sum(s[axis] for s in inputs) == out[axis]:
+            return axis
+    return None
+
+
+def _cpu_copy(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    return value
+
+
+class _DataMovementReplay(OpReplay):
+    """Exact verification against the same movement on CPU copies."""
+
+    def tolerance(self, output: TensorSpec) -> float:
+        return 0.0
+
+    def reference(self, *args: Any) -> "torch.Tensor | tuple[torch.Tensor, ...]":
+        return self.run(*[_cpu_copy(a) for a in args])
+
+    @staticmethod
+    def single_output(row: KernelRow, source: TensorSpec) -> TensorSpec:
+        outputs = row.present_outputs
+        if len(outputs) != 1:
+            raise CaseBuildError(f"{row.kernel_type} needs exactly one output, got {len(outputs)}")
+        if outputs[0].dtype != source.dtype:
+            raise CaseBuildError(
+                f"{row.kernel_type} output dtype {outputs[0].dtype} differs from the input dtype "
+                f"{source.dtype}"
+            )
+        return outputs[0]
+
+    def run(self, source: "torch.Tensor", out: "torch.Tensor") -> "torch.Tensor":
+        return out.copy_(source)
+
+
+def _host_vector(row: KernelRow, index: int, name: str, rank: int) -> None:
+    """Validate an optional host-vector slot (perm, offsets, size): ``[rank]`` integers."""
+    if index >= len(row.inputs) or not row.inputs[index].present:
+        return
+    spec = row.inputs[index]
+    if spec.shape != (rank,):
+        raise CaseBuildError(
+            f"{row.kernel_type} {name} (input slot {index}) has shape {_fmt(spec.shape)}, "
+            f"expected [{rank}] for a {rank}-d input"
+        )
+    if spec.dtype not in INDEX_DTYPES:
+        raise CaseBuildError(
+            f"{row.kernel_type} {name} (input slot {index}) has dtype {spec.dtype}, expected INT32/INT64"
+        )
+
+
+def _source(row: KernelRow, slots: int) -> TensorSpec:
+    if not row.inputs or not row.inputs[0].present:
+        raise CaseBuildError(f"{row.kernel_type} input slot 0 is empty")
+    extra = [i for i, s in enumerate(row.inputs[slots:], start=slots) if s.present]
+    if extra:
+        raise CaseBuildError(f"{row.kernel_type} has an unexpected input in slot {extra[0]}")
+    return row.inputs[0]
+
+
+@register
+class TransposeReplay(_DataMovementReplay):
+    """``Transpose(x, perm)``: ``out.copy_(x.permute(perm))``."""
+
+    kernel_types = ("Transpose",)
+
+    def perm(self, row: KernelRow) -> tuple[int, ...]:
+        x = _source(row, 2)
+        out = self.single_output(row, x)
+        assert x.shape is not None
+        _host_vector(row, 1, "perm", len(x.shape))
+        perm = derive_perm(x.shape, out.shape or ())
+        if perm is None:
+            raise CaseBuildError(
+                f"{row.kernel_type} output {_fmt(out.shape)} is not a permutation of the input "
+                f"{_fmt(x.shape)}"
+            )
+        return perm
+
+    def check(self, row: KernelRow) -> None:
+        self.perm(row)
+
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        perm = self.perm(row)
+        x = self.random(row.inputs[0], device, generator)
+        return x.permute(perm), self.random(row.present_outputs[0], device, generator)
+
+
+@register
+class SliceReplay(_DataMovementReplay):
+    """``Slice(x, offsets, size)``: ``out.copy_(x[0:size0, 0:size1, ...])``."""
+
+    kernel_types = ("Slice",)
+
+    def check(self, row: KernelRow) -> None:
+        x = _source(row, 3)
+        out = self.single_output(row, x)
+        assert x.shape is not None and out.shape is not None
+        _host_vector(row, 1, "offsets", len(x.shape))
+        _host_vector(row, 2, "size", len(x.shape))
+        if len(out.shape) != len(x.shape) or any(o > i for o, i in zip(out.shape, x.shape)):
+            raise CaseBuildError(
+                f"{row.kernel_type} output {_fmt(out.shape)} does not fit inside the input {_fmt(x.shape)}"
+            )
+
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        self.check(row)
+        out = row.present_outputs[0]
+        assert out.shape is not None
+        x = self.random(row.inputs[0], device, generator)
+        return x[tuple(slice(0, size) for size in out.shape)], self.random(out, device, generator)
+
+
+@register
+class TensorMoveReplay(_DataMovementReplay):
+    """``TensorMove``: a same-dtype copy, ``out.copy_(x)``."""
+
+    kernel_types = ("TensorMove",)
+
+    def check(self, row: KernelRow) -> None:
+        x = _source(row, 1)
+        out = self.single_output(row, x)
+        if out.shape != x.shape:
+            raise CaseBuildError(
+                f"{row.kernel_type} output {_fmt(out.shape)} differs from the input {_fmt(x.shape)}"
+            )
+
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        self.check(row)
+        source = self.random(row.inputs[0], device, generator)
+        return source, self.random(row.present_outputs[0], device, generator)
+
+
+@register
+class GatherV2Replay(_DataMovementReplay):
+    """``GatherV2(x, indices, axis)`` (``aclnnEmbedding``): ``x.index_select(axis, indices)``."""
+
+    kernel_types = ("GatherV2",)
+
+    def _slots(self, row: KernelRow) -> tuple[TensorSpec, TensorSpec, TensorSpec, int]:
+        if len(row.inputs) < 2:
+            raise CaseBuildError(
+                f"{row.kernel_type} needs input slots x;indices[;axis], got {len(row.inputs)}"
+            )
+        _source(row, 3)
+        x, indices = scalar_aware_inputs(row)[:2]  # a 0-d index is an empty slot with a dtype
+        out = self.single_output(row, x)
+        assert x.shape is not None and indices.shape is not None and out.shape is not None
+        if indices.dtype not in INDEX_DTYPES:
+            raise CaseBuildError(f"{row.kernel_type} indices dtype {indices.dtype} is not INT32/INT64")
+        if len(row.inputs) > 2 and row.inputs[2].present and row.inputs[2].numel != 1:
+            raise CaseBuildError(
+                f"{row.kernel_type} axis (input slot 2) has shape {_fmt(row.inputs[2].shape)}, "
+                "expected one value"
+            )
+        axis = gather_axis(x.shape, indices.shape, out.shape)
+        if axis is None:
+            raise CaseBuildError(
+                f"{row.kernel_type} shapes are inconsistent: no axis of x {_fmt(x.shape)} gathered with "
+                f"indices {_fmt(indices.shape)} gives the output {_fmt(out.shape)}"
+            )
+        if x.shape[axis] == 0:
+            raise CaseBuildError(
+                f"{row.kernel_type} x {_fmt(x.shape)} is empty along axis {axis}: no valid index"
+            )
+        return x, indices, out, axis
+
+    def check(self, row: KernelRow) -> None:
+        self._slots(row)
+
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        x_spec, index_spec, out_spec, axis = self._slots(row)
+        assert x_spec.shape is not None and out_spec.shape is not None
+        x = self.random(x_spec, device, generator)
+        indices = self.random(index_spec, device, generator, low=0, high=x_spec.shape[axis])
+        return x, indices.reshape(-1), axis, out_spec.shape
+
+    def run(  # type: ignore[override]
+        self, x: "torch.Tensor", indices: "torch.Tensor", axis: int, shape: Shape
+    ) -> "torch.Tensor":
+        return x.index_select(axis, indices).view(shape)
+
+
+@register
+class ConcatDReplay(_DataMovementReplay):
+    """``ConcatD(x0, x1, ...)``: ``torch.cat`` along the axis the shapes imply."""
+
+    kernel_types = ("ConcatD",)
+
+    def axis(self, row: KernelRow) -> int:
+        if not row.inputs or not all(s.present for s in row.inputs):
+            raise CaseBuildError(
+                f"{row.kernel_type} needs one or more non-empty inputs, got "
+                + ";".join(_fmt(s.shape) for s in row.inputs)
+            )
+        out = self.single_output(row, row.inputs[0])
+        mixed = sorted({s.dtype for s in row.inputs})
+        if len(mixed) != 1:
+            raise CaseBuildError(f"{row.kernel_type} inputs have mixed dtypes {';'.join(mixed)}")
+        assert out.shape is not None
+        axis = concat_axis([s.shape for s in row.inputs if s.shape is not None], out.shape)
+        if axis is None:
+            raise CaseBuildError(
+                f"{row.kernel_type} shapes are inconsistent: inputs "
+                + ";".join(_fmt(s.shape) for s in row.inputs)
+                + f" do not concatenate along one axis into {_fmt(out.shape)}"
+            )
+        return axis
+
+    def check(self, row: KernelRow) -> None:
+        self.axis(row)
+
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        axis = self.axis(row)
+        return (axis,) + tuple(self.random(s, device, generator) for s in row.inputs)
+
+    def run(self, axis: int, *tensors: "torch.Tensor") -> "torch.Tensor":  # type: ignore[override]
+        import torch
+
+        return torch.cat(tensors, axis)

@@ -1,0 +1,143 @@
+"""Verification of a replay's outputs against its reference.
+
+An output passes when its shape and dtype are the row's, and its relative error
+``||out - ref|| / ||ref||`` (computed in float64) is within the replay's tolerance for the
+output dtype.  A tolerance of 0 (integer and boolean outputs, data movement) means bit-exact
+equality.  NaN or infinity anywhere makes the error infinite, so it never passes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from perf_plugin.replay.tensors import KernelRow, TensorSpec
+
+if TYPE_CHECKING:
+    import torch
+
+    from perf_plugin.replay.base import OpReplay
+
+# Elements per step of the float64 reductions: bounds the temporary memory of a large output.
+_CHUNK = 1 << 22
+
+
+class VerificationError(Exception):
+    """A replay's output differs from the row (shape, dtype) or from the reference (value)."""
+
+
+def _as_tuple(outputs: Any) -> tuple[Any, ...]:
+    import torch
+
+    if isinstance(outputs, torch.Tensor):
+        return (outputs,)
+    return tuple(outputs)
+
+
+def _chunks(out: "torch.Tensor", ref: "torch.Tensor") -> Any:
+    import torch
+
+    flat_out = out.detach().reshape(-1)
+    flat_ref = ref.detach().reshape(-1)
+    for start in range(0, flat_out.numel(), _CHUNK):
+        a = flat_out[start : start + _CHUNK].to("cpu")
+        b = flat_ref[start : start + _CHUNK].to("cpu")
+        if a.is_complex() or b.is_complex():
+            a, b = torch.view_as_real(a.to(torch.complex128)), torch.view_as_real(b.to(torch.complex128))
+        yield a.to(torch.float64), b.to(torch.float64)
+
+
+def relative_error(out: "torch.Tensor", ref: "torch.Tensor") -> float:
+    """``||out - ref|| / ||ref||`` in float64; inf on NaN/inf or a size mismatch.
+
+    A zero reference gives 0.0 when ``out`` is zero too, else inf.
+    """
+    if out.numel() != ref.numel():
+        return math.inf
+    diff_sq = 0.0
+    ref_sq = 0.0
+    for a, b in _chunks(out, ref):
+        diff_sq += float(a.sub(b).square_().sum())
+        ref_sq += float(b.square().sum())
+    if not (math.isfinite(diff_sq) and math.isfinite(ref_sq)):
+        return math.inf
+    if ref_sq == 0.0:
+        return 0.0 if diff_sq == 0.0 else math.inf
+    return math.sqrt(diff_sq) / math.sqrt(ref_sq)
+
+
+def mismatch_count(out: "torch.Tensor", ref: "torch.Tensor") -> int:
+    """Number of elements that differ (exact comparison, after casting ``ref`` to ``out``'s dtype)."""
+    import torch
+
+    flat_out = out.detach().reshape(-1)
+    flat_ref = ref.detach().reshape(-1)
+    count = 0
+    for start in range(0, flat_out.numel(), _CHUNK):
+        a = flat_out[start : start + _CHUNK].to("cpu")
+        b = flat_ref[start : start + _CHUNK].to("cpu").to(a.dtype)
+        count += int(torch.ne(a, b).sum())
+    return count
+
+
+def check_output_specs(replay: "OpReplay", row: KernelRow, outputs: Any) -> tuple[TensorSpec, ...]:
+    """Compare the outputs' number, shapes and dtypes with the row; returns the expected specs."""
+    produced = _as_tuple(outputs)
+    expected = tuple(replay.expected_outputs(row))
+    if len(produced) != len(expected):
+        raise VerificationError(
+            f"{row.kernel_type}: the replay produced {len(produced)} output(s), the row has {len(expected)}"
+        )
+    for slot, (tensor, spec) in enumerate(zip(produced, expected)):
+        if tuple(tensor.shape) != spec.shape:
+            raise VerificationError(
+                f"{row.kernel_type} output {slot} ({spec.dtype}): shape {list(tensor.shape)} differs from "
+                f"the row's {list(spec.shape or ())}"
+            )
+        if tensor.dtype != spec.torch_dtype():
+            raise VerificationError(
+                f"{row.kernel_type} output {slot}: dtype {tensor.dtype} differs from the row's {spec.dtype}"
+            )
+    return expected
+
+
+def verify_outputs(replay: "OpReplay", row: KernelRow, outputs: Any, reference_outputs: Any) -> None:
+    """Raise VerificationError unless ``outputs`` match the row and the reference."""
+    expected = check_output_specs(replay, row, outputs)
+    produced = _as_tuple(outputs)
+    references = _as_tuple(reference_outputs)
+    if len(references) != len(produced):
+        raise VerificationError(
+            f"{row.kernel_type}: the reference produced {len(references)} output(s), "
+            f"the replay {len(produced)}"
+        )
+    for slot, (out, ref, spec) in enumerate(zip(produced, references, expected)):
+        if tuple(ref.shape) != tuple(out.shape):
+            raise VerificationError(
+                f"{row.kernel_type} output {slot} ({spec.dtype}): reference shape {list(ref.shape)} differs "
+                f"from the output shape {list(out.shape)}"
+            )
+        threshold = replay.tolerance(spec)
+        if threshold <= 0.0 or not (out.is_floating_point() or out.is_complex()):
+            wrong = mismatch_count(out, ref)
+            if wrong:
+                raise VerificationError(
+                    f"{row.kernel_type} output {slot} ({spec.dtype}): {wrong} of {out.numel()} elements "
+                    "differ from the reference (exact match required)"
+                )
+            continue
+        error = relative_error(out, ref)
+        if not error <= threshold:
+            raise VerificationError(
+                f"{row.kernel_type} output {slot} ({spec.dtype}): relative error {error:.3e} exceeds "
+                f"the threshold {threshold:.1e}"
+            )
+
+
+__all__ = (
+    "VerificationError",
+    "check_output_specs",
+    "mismatch_count",
+    "relative_error",
+    "verify_outputs",
+)
