@@ -146,3 +146,12 @@ def test_deleting_rows_marks_the_table_changed(tmp_path: Path) -> None:
     assert table.changed
     table.write()
     assert path.read_text() == "a\n1\n3\n"
+
+
+def test_new_files_get_the_usual_permissions(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        atomic.atomic_write_text(tmp_path / "new.csv", "a\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "new.csv").stat().st_mode & 0o777 == 0o644

@@ -123,8 +123,15 @@ class TorchProfilerCollector:
         profiler, self._profiler = self._profiler, None
         with _quiet_native_stderr():
             profiler.__exit__(None, None, None)
+        from torch.autograd import DeviceType
+
         raw = profiler.profiler.kineto_results.events()
-        events = [_raw_event(e) for e in raw]
+        cpu = DeviceType.CPU
+        if self._marker is not None:
+            # device activity only: runtime API records (CPU side) are not needed
+            events = [_raw_event(e, True) for e in raw if e.device_type() != cpu]
+        else:
+            events = [_raw_event(e, e.device_type() != cpu) for e in raw]
         del raw, profiler
         return events
 
@@ -229,16 +236,14 @@ class TorchProfilerCollector:
         return CaseResult(**base, outcome=OUTCOME_PASSED, samples_us=tuple(samples), kernels=kernels)
 
 
-def _raw_event(event: Any) -> RawEvent:
-    from torch.autograd import DeviceType
-
-    on_device = event.device_type() != DeviceType.CPU
+def _raw_event(event: Any, on_device: bool) -> RawEvent:
+    name = event.name()
     return RawEvent(
-        name=event.name(),
-        on_device=on_device,
-        start_ns=event.start_ns(),
-        duration_ns=event.duration_ns(),
-        correlation_id=event.correlation_id(),
-        thread=event.start_thread_id(),
-        is_annotation=bool(event.is_user_annotation()) or event.name().startswith(RANGE_PREFIX),
+        name,
+        on_device,
+        event.start_ns(),
+        event.duration_ns(),
+        event.correlation_id(),
+        event.start_thread_id(),
+        name.startswith(RANGE_PREFIX) or bool(event.is_user_annotation()),
     )

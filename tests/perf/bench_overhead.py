@@ -95,14 +95,29 @@ def main() -> int:
         db.mkdir()
         write_database(db, args.cases)
         bare = run_child(CHILD_BARE, db, args.backend, args.repeats, scratch)
-        harness = run_child(CHILD_PYTEST.format(bench=str(ROOT / "bench" / "test_kernels.py")), db, args.backend,
-                            args.repeats, scratch)
+        pytest_child = CHILD_PYTEST.format(bench=str(ROOT / "bench" / "test_kernels.py"))
+        harness = run_child(pytest_child, db, args.backend, args.repeats, scratch)
+        # the same at half the rows: the difference removes fixed costs (start-up, collection,
+        # reports), leaving the marginal per-case cost of each side
+        half_db = scratch / "half"
+        half_db.mkdir()
+        write_database(half_db, args.cases // 2)
+        bare_half = run_child(CHILD_BARE, half_db, args.backend, args.repeats, scratch)
+        harness_half = run_child(pytest_child, half_db, args.backend, args.repeats, scratch)
     ratio = harness["wall"] / bare["wall"]
     print(f"backend={args.backend} cases={args.cases} repeats={args.repeats}")
     print(f"{'':10}{'wall s':>10}{'cases/s':>10}{'peak RSS MiB':>14}")
     print(f"{'bare loop':10}{bare['wall']:>10.2f}{args.cases / bare['wall']:>10.0f}{bare['rss'] / 2**20:>14.0f}")
     print(f"{'pytest':10}{harness['wall']:>10.2f}{args.cases / harness['wall']:>10.0f}{harness['rss'] / 2**20:>14.0f}")
     print(f"ratio pytest/bare = {ratio:.3f}  (target <= 1.2)   bare loop measured {bare['ok']} cases")
+    extra = args.cases - args.cases // 2
+    per_bare = (bare["wall"] - bare_half["wall"]) / extra
+    per_harness = (harness["wall"] - harness_half["wall"]) / extra
+    print(
+        f"marginal per case: bare {1e3 * per_bare:.3f} ms, pytest {1e3 * per_harness:.3f} ms, "
+        f"ratio {per_harness / per_bare:.3f}  ({1 / per_harness:.0f} cases/s through pytest)"
+    )
+    print(f"peak RSS at {args.cases // 2} cases: pytest {harness_half['rss'] / 2**20:.0f} MiB (flat memory: close to the above)")
     if args.backend == "cuda":
         print(f"peak device memory (pytest process) = {harness['device'] / 2**20:.1f} MiB")
     print(f"pytest exit code {harness['code']}")

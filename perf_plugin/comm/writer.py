@@ -1,0 +1,103 @@
+"""Upsert measured collective rows into ``hcom_{op}_.csv`` (rank 0 only).
+
+A row is replaced when ``message_bytes, num_devices, dtype, topology_tier, mode`` match, and
+appended otherwise.  Rows and columns the measurement does not touch keep their bytes (CsvTable
+round-trips), columns missing from an existing file are added at the end, and a file that
+already has ``Average Duration(us)`` (what a simulator reads first) gets the new mean there too,
+so a stale value never shadows the fresh one.  A row with no ``mode`` (the seed's tool wrote
+none; its default was kernel mode) counts as a kernel-mode row.  Every write holds the database lock and replaces
+the file atomically: a reader sees the old file or the new one, never half of either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perf_plugin.comm.collectives import dtype_by_db_name
+from perf_plugin.comm.record import COLUMNS, DURATION, KEY_COLUMNS, MESSAGE_BYTES, NUM_DEVICES, CommResult
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.lock import database_lock
+from perf_plugin.database.schema import MICROBENCH_AVERAGE
+from perf_plugin.database.table import CsvTable
+
+REQUIRED_COLUMNS = (MESSAGE_BYTES, NUM_DEVICES)
+# Rows with no mode were written by the seed's tool, whose default bench mode is kernel.
+LEGACY_MODE = "kernel"
+
+
+def _int_cell(table: CsvTable, row: int, column: str, path: Path) -> int | None:
+    text = table.get(row, column).strip().strip('"').strip()
+    if not text:
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        number = float("nan")
+    if number != number or number != int(number):
+        raise DatabaseError(f"{text!r} is not an integer", path=path, row=table.line_of(row), column=column)
+    return int(number)
+
+
+def _dtype_cell(table: CsvTable, row: int, column: str) -> str:
+    text = table.get(row, column).strip()
+    dtype = dtype_by_db_name(text)
+    return dtype.db_name if dtype else text.upper()
+
+
+def row_key(table: CsvTable, row: int, path: Path) -> tuple[object, ...]:
+    """The comparable key of an existing row (ints parsed, dtype spelling normalised)."""
+    message_bytes, num_devices, dtype, tier, mode = KEY_COLUMNS
+    return (
+        _int_cell(table, row, message_bytes, path),
+        _int_cell(table, row, num_devices, path),
+        _dtype_cell(table, row, dtype),
+        _int_cell(table, row, tier, path),
+        table.get(row, mode).strip() or LEGACY_MODE,
+    )
+
+
+def _open_table(path: Path) -> CsvTable:
+    if not path.exists():
+        return CsvTable.new(COLUMNS)
+    table = CsvTable.read(path)
+    if not table.header:
+        return CsvTable.new(COLUMNS)
+    for column in REQUIRED_COLUMNS:
+        table.index(column)  # DatabaseError naming the file and the missing column
+    for column in COLUMNS:
+        if not table.has_column(column):
+            table.insert_column(column)
+    return table
+
+
+def upsert_result(directory: str | Path, result: CommResult, lock_timeout_s: float = 60.0) -> Path:
+    """Write one result into its op's CSV in ``directory``; returns the file written."""
+    directory = Path(directory)
+    path = directory / result.case.op.file_name
+    cells = result.cells()
+    wanted = (
+        result.case.message_bytes,
+        result.case.num_devices,
+        result.case.dtype.db_name,
+        result.case.topology_tier,
+        result.mode,
+    )
+    with database_lock(directory, lock_timeout_s):
+        table = _open_table(path)
+        table.path = path
+        match = None
+        for row in range(len(table)):
+            if table.is_blank(row):
+                continue
+            if row_key(table, row, path) == wanted:
+                match = row
+                break
+        if match is None:
+            table.append_row(cells)
+        else:
+            for column, value in cells.items():
+                table.set(match, column, value)
+        if table.has_column(MICROBENCH_AVERAGE):
+            table.set(match if match is not None else len(table) - 1, MICROBENCH_AVERAGE, cells[DURATION])
+        table.write(path)
+    return path
