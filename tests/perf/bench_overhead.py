@@ -66,11 +66,17 @@ CHILD_BARE = textwrap.dedent(
 )
 
 
+def small_shape(k: int) -> tuple[int, int]:
+    """Distinct 2-D shapes of at most ~60k elements: kernels of a few microseconds on a GPU."""
+    return 1 + k % 97, 128 + 16 * (k // 97)
+
+
 def write_database(directory: Path, cases: int) -> None:
-    rows = [
-        f'dynamic,AI_VECTOR_CORE,"""{k},256;{k},256""",FLOAT;FLOAT,ND;ND,"""{k},256""",FLOAT,ND'
-        for k in range(1, cases + 1)
-    ]
+    rows = []
+    for k in range(cases):
+        rows_, cols = small_shape(k)
+        shape = f"{rows_},{cols}"
+        rows.append(f'dynamic,AI_VECTOR_CORE,"""{shape};{shape}""",FLOAT;FLOAT,ND;ND,"""{shape}""",FLOAT,ND')
     (directory / "Add.csv").write_text("\n".join([HEADER, *rows]) + "\n")
 
 
@@ -88,7 +94,20 @@ def main() -> int:
     parser.add_argument("--backend", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--cases", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--memory-only", action="store_true", help="only the pytest run: wall time, peak RSS and device memory")
     args = parser.parse_args()
+    if args.memory_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            scratch = Path(tmp)
+            db = scratch / "db"
+            db.mkdir()
+            write_database(db, args.cases)
+            harness = run_child(CHILD_PYTEST.format(bench=str(ROOT / "bench" / "test_kernels.py")), db, args.backend,
+                                args.repeats, scratch)
+        print(f"backend={args.backend} cases={args.cases} repeats={args.repeats} pytest wall {harness['wall']:.1f} s "
+              f"({args.cases / harness['wall']:.0f} cases/s), exit code {harness['code']}")
+        print(f"peak RSS {harness['rss'] / 2**20:.0f} MiB, peak device memory {harness['device'] / 2**20:.1f} MiB")
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         db = scratch / "db"
