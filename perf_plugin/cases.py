@@ -11,6 +11,7 @@ file order, so ids are stable as long as the file's rows are.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class Case:
     status: str
     reason: str = ""
     row: KernelRow | None = None
+    replay_kernel_type: str = ""  # whose replay runs this row (differs through op_mapping.yaml aliases)
 
     @property
     def runnable(self) -> bool:
@@ -137,6 +139,7 @@ def load_case_set(
     replay_lookup: Callable[[str], OpReplay | None],
     update_mode: str = "all",
     csv_files: Iterable[Path] | None = None,
+    replay_type: Callable[[str], str] = lambda kernel_type: kernel_type,
 ) -> CaseSet:
     """Read every compute CSV of ``directory`` and turn each row into a Case."""
     result = CaseSet()
@@ -171,8 +174,13 @@ def load_case_set(
                 continue
             case, base_id = _row_case(kernel_type, table, index, replay, update_mode)
             seen[base_id] = seen.get(base_id, 0) + 1
+            changes: dict[str, str] = {}
             if seen[base_id] > 1:
-                case = Case(**{**case.__dict__, "case_id": f"{base_id}#{seen[base_id]}"})
+                changes["case_id"] = f"{base_id}#{seen[base_id]}"
+            if replay is not None:
+                changes["replay_kernel_type"] = replay_type(kernel_type)
+            if changes:
+                case = dataclasses.replace(case, **changes)
             result.cases.append(case)
     return result
 

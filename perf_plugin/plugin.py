@@ -131,7 +131,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         reason = metafunc.config.stash.get(CONFIG_ERROR, "no database could be resolved")
         raise pytest.UsageError(f"kernel replay tests need a database: {reason}")
     from perf_plugin.cases import as_params, load_case_set
-    from perf_plugin.replay.registry import get_replay
+    from perf_plugin.replay.op_mapping import replay_lookup_for
 
     if state.case_set is None:
         # Seeding happens here, not at configure time, so that runs which collect no replay test
@@ -144,7 +144,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if seeded:
             state.notes.append(seeded)
             state.unsent_notes.append(seeded)
-        state.case_set = load_case_set(state.location.directory, get_replay, state.settings.update_mode)
+        try:
+            lookup, replay_type = replay_lookup_for(state.location.directory)
+        except DatabaseError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        state.case_set = load_case_set(
+            state.location.directory, lookup, state.settings.update_mode, replay_type=replay_type
+        )
         state.notes.extend(state.case_set.messages)
     params = as_params(state.case_set)
     if not params:

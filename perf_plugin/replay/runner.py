@@ -72,7 +72,7 @@ class ReplayRunner:
 
     def run(self, case: "Case") -> None:
         assert case.row is not None
-        replay = get_replay(case.kernel_type)
+        replay = get_replay(case.replay_kernel_type or case.kernel_type)
         if replay is None:
             raise CaseSkip(f"no replay for kernel type {case.kernel_type}")
         self._check_memory(case)

@@ -1,0 +1,80 @@
+"""Replay lookup that also reads the database's ``op_mapping.yaml``.
+
+Existing Ascend databases keep an ``op_mapping.yaml`` beside the CSVs (see the real files in
+tests/fixtures/ascend): under ``operator_mappings`` each framework op names its primary
+``kernel_type`` and the ``alternate_kernel_types`` the same API dispatches to on other shapes or
+CANN versions (``aten.add.Tensor``: ``Add``, alternate ``AddAiCore``; ``aten.mm.default``:
+``MatMulV2``, alternates ``MatMulV3``, ``MatMulCommon``).  An alternate runs the same API, so a
+CSV of an alternate kernel type with no replay of its own is replayed by its primary's replay.
+
+Rules: a kernel type's own registered replay always wins; otherwise the first mapping in file
+order whose primary has a replay and lists the kernel type as an alternate decides.  Mappings
+without a primary (composite, zero-cost) are ignored.  The file is read with ``yaml.safe_load``;
+a malformed file is a DatabaseError naming the file and line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.replay.base import OpReplay
+from perf_plugin.replay.registry import get_replay
+
+OP_MAPPING_FILE = "op_mapping.yaml"
+
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return yaml.safe_load(handle)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise DatabaseError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=path, row=line) from None
+    except OSError as exc:
+        raise DatabaseError(f"cannot read file: {exc.strerror}", path=path) from None
+
+
+def replay_aliases(path: Path, has_replay: Callable[[str], bool]) -> dict[str, str]:
+    """Alternate kernel type -> the primary kernel type whose replay replays it."""
+    document = _read_yaml(path)
+    if document is None:
+        return {}
+    mappings = document.get("operator_mappings") if isinstance(document, dict) else None
+    if mappings is None:
+        return {}
+    if not isinstance(mappings, dict):
+        raise DatabaseError("'operator_mappings' is not a mapping", path=path)
+    aliases: dict[str, str] = {}
+    for op_name, mapping in mappings.items():
+        if not isinstance(mapping, dict):
+            continue
+        primary = mapping.get("kernel_type")
+        alternates = mapping.get("alternate_kernel_types") or []
+        if not isinstance(primary, str) or not has_replay(primary):
+            continue
+        if not isinstance(alternates, list):
+            raise DatabaseError(f"{op_name}: 'alternate_kernel_types' is not a list", path=path)
+        for alternate in alternates:
+            if isinstance(alternate, str) and not has_replay(alternate):
+                aliases.setdefault(alternate, primary)
+    return aliases
+
+
+def replay_lookup_for(directory: Path) -> tuple[Callable[[str], OpReplay | None], Callable[[str], str]]:
+    """(lookup, replay kernel type) for a database directory, honouring its op_mapping.yaml."""
+    path = Path(directory) / OP_MAPPING_FILE
+    aliases = replay_aliases(path, lambda name: get_replay(name) is not None) if path.exists() else {}
+
+    def replay_type(kernel_type: str) -> str:
+        return kernel_type if get_replay(kernel_type) is not None else aliases.get(kernel_type, kernel_type)
+
+    def lookup(kernel_type: str) -> OpReplay | None:
+        return get_replay(replay_type(kernel_type))
+
+    return lookup, replay_type
