@@ -5,16 +5,25 @@ Plain functions over ``RunState`` so they can be tested without running pytest.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from perf_plugin.cases import STATUS_QUARANTINED
+from perf_plugin.cases import STATUS_NO_REPLAY, STATUS_QUARANTINED
 from perf_plugin.coverage import coverage_by_kernel, format_coverage, overall_fraction
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.results import CaseResult, QuarantinedRow, RunSummary
+from perf_plugin.results import (
+    OUTCOME_FAILED,
+    OUTCOME_NO_REPLAY,
+    OUTCOME_QUARANTINED,
+    OUTCOME_SKIPPED,
+    CaseResult,
+    QuarantinedRow,
+    RunSummary,
+)
 from perf_plugin.session import RunState
 from perf_plugin.writeback import WritebackRequest, write_back
 
@@ -30,9 +39,50 @@ def _timestamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d_%H%M%S")
 
 
+_STATUS_OUTCOME = {
+    STATUS_QUARANTINED: OUTCOME_QUARANTINED,
+    STATUS_NO_REPLAY: OUTCOME_NO_REPLAY,
+}
+
+
 def merged_results(state: RunState) -> list[CaseResult]:
-    """One result per case: a measurement for a case that failed on another phase keeps the failure."""
-    return [state.results[k] for k in sorted(state.results)]
+    """One result per selected case.
+
+    Measured and failed cases have results from the processes that ran them; cases that never
+    reached a measurement (skipped, no replay, quarantined, errors in set-up) get one here from
+    their record, so reports count every selected row.
+    """
+    results = dict(state.results)
+    for record in state.records.values():
+        if record.case_id in results:
+            continue
+        if record.status in _STATUS_OUTCOME:
+            outcome = _STATUS_OUTCOME[record.status]
+        elif record.outcome == "failed":
+            outcome = OUTCOME_FAILED
+        else:
+            outcome = OUTCOME_SKIPPED
+        results[record.case_id] = CaseResult(
+            case_id=record.case_id,
+            kernel_type=record.kernel_type,
+            csv_file=record.csv_file,
+            row_line=record.row_line,
+            signature_key=record.signature_key,
+            outcome=outcome,
+            reason=record.reason or record.message,
+            backend=state.backend_name,
+        )
+    return [results[k] for k in sorted(results)]
+
+
+def device_ids(state: RunState) -> list[int]:
+    """Devices the run used: the visible accelerator ids, one per worker (none on the CPU)."""
+    variable = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}.get(state.backend_name)
+    if variable is None:
+        return []
+    visible = [int(d) for d in os.environ.get(variable, "").split(",") if d.strip().isdigit()]
+    count = max(state.workers, 1)
+    return (visible or list(range(count)))[:count]
 
 
 def quarantined_rows(state: RunState) -> list[QuarantinedRow]:
@@ -58,6 +108,7 @@ def build_summary(state: RunState, command: list[str]) -> RunSummary:
         results=merged_results(state),
         quarantined=quarantined_rows(state),
         max_concurrency=max(state.workers, 1),
+        device_ids=device_ids(state),
         coverage_min=settings.replay_coverage_min,
     )
 

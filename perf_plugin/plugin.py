@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -291,7 +290,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _add_result(state, result)
     from perf_plugin.controller import finish_run
 
-    outcome = finish_run(state, collect_only=bool(config.option.collectonly), command=sys.argv)
+    command = ["pytest", *config.invocation_params.args]
+    outcome = finish_run(state, collect_only=bool(config.option.collectonly), command=command)
     state.notes.extend(outcome.lines)
     if outcome.coverage_failed or outcome.writeback_failed:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
