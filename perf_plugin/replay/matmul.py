@@ -14,6 +14,7 @@ storage shape (``FRACTAL_NZ`` tiles) fails the shape consistency check with its 
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -125,26 +126,17 @@ def _stored(
     return tensor.transpose(-1, -2) if transposed else tensor
 
 
-@register
-class MatMulReplay(OpReplay):
-    """2-D matmul: ``A[M,K] @ B[K,N] (+ bias[N])`` through ``mm`` / ``addmm``."""
+class _MatmulFamily(OpReplay):
+    """What the 2-D and batched matmul replays share: bias check, dtype check, stored operands."""
 
-    kernel_types = ("MatMulV2", "MatMulV3", "MatMulCommon")
+    @abstractmethod
+    def core_layout(self, row: KernelRow, a: Shape, b: Shape, out: Shape) -> MatmulLayout:
+        """The operand layout from the shapes; raises CaseBuildError when none fits."""
 
     def layout(self, row: KernelRow) -> MatmulLayout:
         a, b, bias, out = _operands(row)
         assert a.shape is not None and b.shape is not None and out.shape is not None
-        if len(a.shape) != 2 or len(b.shape) != 2 or len(out.shape) != 2:
-            raise CaseBuildError(
-                f"{row.kernel_type} operands and output must be 2-D, got {_fmt(a.shape)} @ {_fmt(b.shape)} "
-                f"-> {_fmt(out.shape)}"
-            )
-        layout = matmul_layout(a.shape, b.shape, out.shape)
-        if layout is None:
-            raise CaseBuildError(
-                f"{row.kernel_type} shapes are inconsistent: no layout of A {_fmt(a.shape)} and "
-                f"B {_fmt(b.shape)} ([M,K] or [K,M], [K,N] or [N,K]) gives the output {_fmt(out.shape)}"
-            )
+        layout = self.core_layout(row, a.shape, b.shape, out.shape)
         if bias is not None:
             assert bias.shape is not None
             if broadcast_shapes(bias.shape, out.shape) != out.shape:
@@ -158,16 +150,42 @@ class MatMulReplay(OpReplay):
         self.layout(row)
         _check_dtypes(row, *_operands(row))
 
-    def make_inputs(
+    def stored_operands(
         self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
-    ) -> tuple[Any, ...]:
+    ) -> tuple["torch.Tensor", "torch.Tensor"]:
         self.check(row)
         layout = self.layout(row)
-        a, b, bias, _ = _operands(row)
-        operands = (
+        a, b, _, _ = _operands(row)
+        return (
             _stored(a, layout.a_transposed, self, device, generator),
             _stored(b, layout.b_transposed, self, device, generator),
         )
+
+
+@register
+class MatMulReplay(_MatmulFamily):
+    """2-D matmul: ``A[M,K] @ B[K,N] (+ bias[N])`` through ``mm`` / ``addmm``."""
+
+    kernel_types = ("MatMulV2", "MatMulV3", "MatMulCommon")
+
+    def core_layout(self, row: KernelRow, a: Shape, b: Shape, out: Shape) -> MatmulLayout:
+        if len(a) != 2 or len(b) != 2 or len(out) != 2:
+            raise CaseBuildError(
+                f"{row.kernel_type} operands and output must be 2-D, got {_fmt(a)} @ {_fmt(b)} -> {_fmt(out)}"
+            )
+        layout = matmul_layout(a, b, out)
+        if layout is None:
+            raise CaseBuildError(
+                f"{row.kernel_type} shapes are inconsistent: no layout of A {_fmt(a)} and "
+                f"B {_fmt(b)} ([M,K] or [K,M], [K,N] or [N,K]) gives the output {_fmt(out)}"
+            )
+        return layout
+
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        operands = self.stored_operands(row, device, generator)
+        bias = _operands(row)[2]
         if bias is None:
             return operands
         return operands + (self.random(bias, device, generator),)
@@ -179,55 +197,37 @@ class MatMulReplay(OpReplay):
 
 
 @register
-class BatchMatMulReplay(OpReplay):
+class BatchMatMulReplay(_MatmulFamily):
     """Batched matmul ``A[...,M,K] @ B[...,K,N] (+ bias)`` with broadcast batch dims."""
 
     kernel_types = ("BatchMatMulV2",)
 
-    def layout(self, row: KernelRow) -> MatmulLayout:
-        a, b, bias, out = _operands(row)
-        assert a.shape is not None and b.shape is not None and out.shape is not None
-        if len(a.shape) < 2 or len(b.shape) < 2 or len(out.shape) < 2:
+    def core_layout(self, row: KernelRow, a: Shape, b: Shape, out: Shape) -> MatmulLayout:
+        if len(a) < 2 or len(b) < 2 or len(out) < 2:
             raise CaseBuildError(
-                f"{row.kernel_type} operands and output need at least 2 dims, got {_fmt(a.shape)} @ "
-                f"{_fmt(b.shape)} -> {_fmt(out.shape)}"
+                f"{row.kernel_type} operands and output need at least 2 dims, got {_fmt(a)} @ "
+                f"{_fmt(b)} -> {_fmt(out)}"
             )
-        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        if batch is None or batch != out.shape[:-2]:
+        batch = broadcast_shapes(a[:-2], b[:-2])
+        if batch is None or batch != out[:-2]:
             raise CaseBuildError(
-                f"{row.kernel_type} batch dims are inconsistent: {_fmt(a.shape[:-2])} and "
-                f"{_fmt(b.shape[:-2])} do not broadcast to the output batch {_fmt(out.shape[:-2])}"
+                f"{row.kernel_type} batch dims are inconsistent: {_fmt(a[:-2])} and "
+                f"{_fmt(b[:-2])} do not broadcast to the output batch {_fmt(out[:-2])}"
             )
-        layout = matmul_layout(a.shape[-2:], b.shape[-2:], out.shape[-2:])
+        layout = matmul_layout(a[-2:], b[-2:], out[-2:])
         if layout is None:
             raise CaseBuildError(
-                f"{row.kernel_type} shapes are inconsistent: no layout of A {_fmt(a.shape)} and "
-                f"B {_fmt(b.shape)} (last two dims [M,K] or [K,M], [K,N] or [N,K]) gives the output "
-                f"{_fmt(out.shape)}"
+                f"{row.kernel_type} shapes are inconsistent: no layout of A {_fmt(a)} and "
+                f"B {_fmt(b)} (last two dims [M,K] or [K,M], [K,N] or [N,K]) gives the output "
+                f"{_fmt(out)}"
             )
-        if bias is not None:
-            assert bias.shape is not None
-            if broadcast_shapes(bias.shape, out.shape) != out.shape:
-                raise CaseBuildError(
-                    f"{row.kernel_type} bias {_fmt(bias.shape)} does not broadcast to the output "
-                    f"{_fmt(out.shape)}"
-                )
         return layout
-
-    def check(self, row: KernelRow) -> None:
-        self.layout(row)
-        _check_dtypes(row, *_operands(row))
 
     def make_inputs(
         self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
     ) -> tuple[Any, ...]:
-        self.check(row)
-        layout = self.layout(row)
+        operands = self.stored_operands(row, device, generator)
         a, b, bias, _ = _operands(row)
-        operands = (
-            _stored(a, layout.a_transposed, self, device, generator),
-            _stored(b, layout.b_transposed, self, device, generator),
-        )
         if bias is None:
             return operands
         assert a.shape is not None and b.shape is not None

@@ -40,8 +40,8 @@ from typing import Any
 
 from perf_plugin.database.atomic import atomic_write_text
 from perf_plugin.report.gap import GAP_BAND, is_flagged
-from perf_plugin.report.tally import RunTally, quarantined_kernel_type, sample_stats, tally_summary
-from perf_plugin.results import CaseResult, RunSummary
+from perf_plugin.report.tally import RunTally, quarantined_kernel_type, tally_summary
+from perf_plugin.results import CaseResult, RunSummary, SampleStats
 
 BENCHMARK_PREFIX = "perf_plugin.replay"
 SCRIPT = "pytest bench"
@@ -91,7 +91,7 @@ def _case(result: CaseResult) -> dict[str, Any]:
     # Built finite field by field: walking every case again with ``_finite`` would double the cost.
     stats = None
     if result.samples_us:
-        s = sample_stats(result.samples_us)
+        s = SampleStats.of(result.samples_us)
         stats = {"mean_us": _number(s.mean), "median_us": _number(s.median), "min_us": _number(s.minimum),
                  "std_us": _number(s.std), "count": s.count}
     return {

@@ -12,7 +12,6 @@ the one the profiler reported: counts are about the database's rows.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,7 +25,6 @@ from perf_plugin.results import (
     CaseResult,
     QuarantinedRow,
     RunSummary,
-    SampleStats,
 )
 
 
@@ -97,21 +95,6 @@ def mean_duration(result: CaseResult) -> float | None:
     """The value written to ``Average Duration(us)`` for this result (``SampleStats.mean``: the
     arithmetic mean of the samples), if it measured anything."""
     return statistics.fmean(result.samples_us) if result.samples_us else None
-
-
-def sample_stats(samples: tuple[float, ...] | list[float]) -> SampleStats:
-    """``SampleStats.of`` without its exact-fraction standard deviation.
-
-    ``statistics.pstdev`` sums in exact fractions, about 0.1 ms for 20 samples, which adds up to
-    seconds over a large run's reports; a compensated float sum agrees to a few units in the
-    last place, far below the 3 decimals the database keeps.
-    """
-    values = list(samples)
-    if not values:
-        raise ValueError("no samples")
-    mean = statistics.fmean(values)
-    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values)) if len(values) > 1 else 0.0
-    return SampleStats(mean=mean, median=statistics.median(values), minimum=min(values), std=std, count=len(values))
 
 
 def tally_cases(results: Iterable[CaseResult], quarantined: Iterable[QuarantinedRow] = ()) -> RunTally:
