@@ -81,6 +81,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RUN_STATE] = state
     if not _is_worker(config):
         config.pluginmanager.register(ControllerHooks(state), "perf-controller")
+        from perf_plugin.profiling.msprof import external_mode
+
+        if external_mode(settings.prof_path, identity.backend) and not config.option.collectonly:
+            _no_local_workers(config)
+
+
+def _no_local_workers(config: pytest.Config) -> None:
+    """Controller, msprof or --prof-path: xdist workers belong to the session under msprof."""
+    config.option.dist = "no"
+    config.option.tx = []
+    if config.pluginmanager.has_plugin("dsession"):  # xdist configured before this plugin
+        config.pluginmanager.unregister(name="dsession")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -245,6 +257,38 @@ class ControllerHooks:
             if note not in state.notes:
                 state.notes.append(note)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        """NPU (msprof) or --prof-path: no test runs here; the replays run in a session under
+        msprof (or ran already), and their op_summary rows become the results."""
+        from perf_plugin.profiling import msprof, msprof_launch
+
+        state, config = self.state, session.config
+        mode = msprof.external_mode(state.settings.prof_path, state.backend_name)
+        if mode is None or config.option.collectonly or session.testsfailed:
+            return None  # pytest's own loop (it stops on collection errors)
+        cases = [(item.nodeid, case) for item in session.items if (case := _case_of(item)) is not None]
+        try:
+            outcome = msprof_launch.external_run(
+                mode,
+                cases,
+                repeat_count=state.settings.repeat_count,
+                warmup_count=state.settings.warmup_count,
+                prof_path=state.settings.prof_path,
+                argv=config.invocation_params.args,
+                cwd=config.invocation_params.dir,
+                output_root=msprof_launch.default_output_root(config.rootpath),
+            )
+        except msprof.MsprofError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        state.records.update(outcome.records)
+        for result in outcome.results:
+            _add_result(state, result)
+        state.workers = max(state.workers, outcome.workers)
+        state.notes.extend(outcome.notes)
+        session.testsfailed = outcome.failed
+        return True
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:  # type: ignore[no-untyped-def]
         """xdist: results a worker finished after its last report."""
@@ -288,6 +332,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     for result in remaining:
         _add_result(state, result)
+    from perf_plugin.profiling.msprof import is_msprof_child
+    from perf_plugin.profiling.msprof_launch import write_child_report
+
+    if is_msprof_child():  # the session under msprof: its parent reads op_summary and writes back
+        write_child_report(state)
+        return
     from perf_plugin.controller import finish_run
 
     command = ["pytest", *config.invocation_params.args]

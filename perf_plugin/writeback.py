@@ -156,8 +156,6 @@ def _write_file(
     index = _signature_index(table, kernel_type)
     touched: set[int] = set()
 
-    if results:
-        _prepare_columns(table)
     for result in results:
         rows = index.get(result.signature_key, [])
         if request.update_mode == "missing-only":
@@ -171,6 +169,7 @@ def _write_file(
             else:
                 summary.unmatched_samples.append(result.case_id)
                 continue
+        _prepare_columns(table)  # only once a measurement is written: no empty columns otherwise
         for row in rows:
             _write_measurement(table, row, result, request.timestamp)
             touched.add(row)

@@ -11,7 +11,8 @@ Two kinds of collectors:
 * **whole-run external** (msprof on an NPU): the whole pytest session runs under the external
   profiler; ``measure`` only runs the repeats (inside a labelled range where the device supports
   one) and returns nothing; at session end the controller reads the profiler's output and
-  matches its rows to database rows by signature (``external_results``).
+  matches its rows to database rows by signature (``perf_plugin.profiling.msprof_launch``
+  and ``perf_plugin.profiling.msprof_match``).
 
 Both implement ``Collector``; the plugin does not know which one it drives.
 """

@@ -27,10 +27,17 @@ BUILTIN_MODULES: tuple[str, ...] = (
 def register(cls: type[OpReplay]) -> type[OpReplay]:
     instance = cls()
     for kernel_type in cls.kernel_types:
-        if kernel_type in _REGISTRY and type(_REGISTRY[kernel_type]) is not cls:
+        existing = _REGISTRY.get(kernel_type)
+        # The same class seen again (its module re-imported, as pytester's in-process runs do)
+        # replaces itself; two different classes claiming one kernel type is a bug.
+        if existing is not None and _qualified(type(existing)) != _qualified(cls):
             raise ValueError(f"kernel type {kernel_type!r} registered twice")
         _REGISTRY[kernel_type] = instance
     return cls
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def load_builtin_replays() -> None:

@@ -1,0 +1,232 @@
+"""Run the pytest session under msprof, and collect its cases and profile on the controller.
+
+See ``perf_plugin.profiling.msprof`` for the whole picture.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from perf_plugin.database.atomic import atomic_write_text
+from perf_plugin.results import OUTCOME_FAILED, CaseResult
+from perf_plugin.session import CaseRecord
+
+if TYPE_CHECKING:
+    from perf_plugin.cases import Case
+    from perf_plugin.session import RunState
+
+from perf_plugin.profiling.msprof import (
+    CHILD_ENV,
+    MODE_READ,
+    OUTPUT_ENV,
+    RECORD_ENV,
+    SESSION_REPORT,
+    MeasuredCase,
+    MsprofError,
+    read_measured,
+)
+from perf_plugin.profiling.msprof_match import as_measured, match_profile
+
+# Operator durations with shapes (task-time), and the per-task AI Core / AI Vector counters.
+MSPROF_OPTIONS: tuple[str, ...] = (
+    "--task-time=on",
+    "--ai-core=on",
+    "--aic-mode=task-based",
+    "--aic-metrics=PipeUtilization",
+)
+# Characters msprof refuses in a path argument.
+_FORBIDDEN_PATH_CHARACTERS = frozenset("\n\f\r\b\t\v\x7f\"'\\%<>|&$;`")
+
+
+def msprof_command(msprof: str, output_dir: str | Path, argv: Sequence[str], python: str) -> list[str]:
+    """``msprof --output=<dir> <options> <python> -m pytest <argv>`` (the app at the end, as documented)."""
+    output = str(output_dir)
+    bad = sorted(set(output) & _FORBIDDEN_PATH_CHARACTERS)
+    if bad:
+        raise MsprofError(f"msprof output directory {output!r} contains characters msprof refuses: {''.join(bad)!r}")
+    return [msprof, f"--output={output}", *MSPROF_OPTIONS, python, "-m", "pytest", *argv]
+
+
+def find_prof_dirs(output_dir: str | Path) -> list[Path]:
+    """The ``PROF_*`` directories under ``output_dir`` (not nested in one another), newest last."""
+    root = Path(output_dir)
+    found = [
+        path
+        for path in root.rglob("PROF_*")
+        if path.is_dir() and not any(parent.name.startswith("PROF_") for parent in path.relative_to(root).parents)
+    ]
+    return sorted(found, key=lambda p: (p.stat().st_mtime, p.name))
+
+
+def default_output_root(rootdir: str | Path, environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    return Path(environ.get(OUTPUT_ENV) or Path(rootdir) / "msprof_output")
+
+
+@dataclass
+class LaunchOutcome:
+    returncode: int
+    output_dir: Path
+    record_dir: Path
+    prof_dirs: list[Path]
+
+
+def run_under_msprof(
+    argv: Sequence[str],
+    *,
+    cwd: str | Path,
+    output_root: str | Path,
+    environ: Mapping[str, str] | None = None,
+    python: str = sys.executable,
+) -> LaunchOutcome:
+    """Run ``python -m pytest argv`` under msprof in a fresh output directory; return where it wrote.
+
+    The child inherits this process's standard streams, so its progress shows as it runs.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    msprof = shutil.which("msprof", path=environ.get("PATH"))
+    if msprof is None:
+        raise MsprofError(
+            "msprof was not found on PATH: source the CANN toolkit's set_env.sh "
+            "(e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh), or read an existing profile with --prof-path"
+        )
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d_%H%M%S")
+    output_dir = (Path(output_root) / f"run_{stamp}_{os.getpid()}").resolve()
+    record_dir = output_dir / "perf_session"
+    command = msprof_command(msprof, output_dir, argv, python)
+    record_dir.mkdir(parents=True, exist_ok=True)
+    environ[CHILD_ENV] = "1"
+    environ[RECORD_ENV] = str(record_dir)
+    completed = subprocess.run(command, cwd=str(cwd), env=environ, check=False)
+    return LaunchOutcome(completed.returncode, output_dir, record_dir, find_prof_dirs(output_dir))
+
+
+# ---------------------------------------------------------------------------- child side
+def write_child_report(state: "RunState", record_dir: str | Path | None = None) -> Path | None:
+    """In the session under msprof: record outcomes and failures for the parent (no write-back)."""
+    record = record_dir if record_dir is not None else os.environ.get(RECORD_ENV)
+    if not record:
+        state.notes.append(
+            f"{CHILD_ENV}=1 and no {RECORD_ENV}: nothing written; read this run's profile with --prof-path"
+        )
+        return None
+    path = Path(record) / SESSION_REPORT
+    report = {
+        "records": {nodeid: dataclasses.asdict(r) for nodeid, r in state.records.items()},
+        # durations come from op_summary: only what did not measure travels (failures, skips)
+        "results": [r.to_json() for r in state.results.values() if not r.has_duration],
+        "workers": state.workers,
+    }
+    atomic_write_text(path, json.dumps(report))
+    return path
+
+
+def _read_child_report(record_dir: Path, returncode: int, output_dir: Path) -> dict[str, Any]:
+    path = record_dir / SESSION_REPORT
+    if not path.is_file():
+        raise MsprofError(
+            f"the session under msprof ended (exit code {returncode}) before recording its results; "
+            f"nothing was written (msprof output: {output_dir})"
+        )
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise MsprofError(f"{path}: not a session record ({exc})") from None
+
+
+# ---------------------------------------------------------------------------- controller side
+@dataclass
+class ExternalOutcome:
+    records: dict[str, CaseRecord] = field(default_factory=dict)
+    results: list[CaseResult] = field(default_factory=list)
+    failed: int = 0
+    workers: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _record_of(case: "Case", outcome: str, message: str = "") -> CaseRecord:
+    return CaseRecord(
+        case.case_id, case.kernel_type, case.csv_file, case.row_line, case.status, case.reason,
+        case.signature_key, outcome=outcome, message=message,
+    )
+
+
+def external_run(
+    mode: str,
+    cases: Sequence[tuple[str, "Case"]],
+    *,
+    repeat_count: int,
+    warmup_count: int,
+    prof_path: Path | None = None,
+    argv: Sequence[str] = (),
+    cwd: str | Path = ".",
+    output_root: str | Path = "msprof_output",
+    environ: Mapping[str, str] | None = None,
+) -> ExternalOutcome:
+    """The controller's part: launch the session under msprof (or read ``prof_path``), match.
+
+    ``cases`` are the collected (node id, case) pairs.  Raises MsprofError with one line when
+    nothing can be measured; nothing is written by this function.
+    """
+    outcome = ExternalOutcome()
+    kernel_types = {case.kernel_type for _, case in cases}
+    if mode == MODE_READ:
+        if prof_path is None:
+            raise MsprofError("--prof-path is required to read a profile")
+        prof_dirs = [Path(prof_path)]
+        measured = as_measured((case for _, case in cases), repeat_count)
+        records = {nodeid: _record_of(case, "passed" if case.runnable else "skipped") for nodeid, case in cases}
+        outcome.notes.append(f"msprof: read {prof_path} (no replay ran; each case taken as {repeat_count} repeats)")
+    else:
+        launch = run_under_msprof(argv, cwd=cwd, output_root=output_root, environ=environ)
+        report = _read_child_report(launch.record_dir, launch.returncode, launch.output_dir)
+        if not launch.prof_dirs:
+            raise MsprofError(f"msprof wrote no PROF_* directory under {launch.output_dir}; nothing was written")
+        prof_dirs = launch.prof_dirs
+        records = {nodeid: CaseRecord(**data) for nodeid, data in report.get("records", {}).items()}
+        outcome.results.extend(CaseResult.from_json(data) for data in report.get("results", []))
+        outcome.workers = int(report.get("workers", 0))
+        measured = read_measured(launch.record_dir)
+        logged = {m.case_id for m in measured}
+        # A passed case the log does not name (a child without the msprof collector) ran the
+        # nominal repeats after everything logged.
+        last = max((m.order for m in measured), default=0)
+        for index, record in enumerate(records.values(), start=1):
+            if record.outcome == "passed" and record.case_id not in logged:
+                measured.append(MeasuredCase.of(record, repeat_count, last + index))
+        outcome.notes.append(
+            f"msprof: the session ran under msprof (exit code {launch.returncode}); profile "
+            f"{', '.join(str(p) for p in prof_dirs)} (re-read it with --prof-path {launch.output_dir})"
+        )
+
+    try:
+        match = match_profile(
+            prof_dirs, measured, repeat_count, warmup_count, unmatched_kernel_types=kernel_types
+        )
+    except MsprofError as exc:
+        raise MsprofError(f"{exc}; nothing was written") from None
+    outcome.notes.extend(match.notes)
+    failed_cases = {r.case_id: r.reason for r in match.results if r.outcome == OUTCOME_FAILED}
+    for nodeid, record in records.items():
+        if record.outcome == "passed" and record.case_id in failed_cases:
+            record = dataclasses.replace(record, outcome="failed", message=failed_cases[record.case_id])
+        outcome.records[nodeid] = record
+    outcome.results.extend(match.results)
+    outcome.failed = sum(1 for r in outcome.records.values() if r.outcome == "failed")
+    measured_count = sum(1 for r in match.results if r.has_duration and not r.case_id.startswith("msprof:"))
+    extra = sum(1 for r in match.results if r.case_id.startswith("msprof:"))
+    outcome.notes.append(
+        f"msprof: {match.rows} op_summary rows; {measured_count} case(s) measured, "
+        f"{len(failed_cases)} without samples, {extra} unmatched kernel signature(s)"
+    )
+    return outcome
