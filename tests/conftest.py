@@ -12,6 +12,21 @@ FIXTURES = Path(__file__).parent / "fixtures"
 ASCEND = FIXTURES / "ascend"
 
 
+# kernel_details.csv is msprof's op_summary with renamed columns (tests/fixtures/ascend/SOURCES.md).
+# No genuine op_summary file is public, so tests build one from the real kernel_details fixture by
+# renaming the columns back (newer generation: Block Num / Mix Block Num).
+OP_SUMMARY_COLUMNS = {
+    "Name": "Op Name",
+    "Type": "OP Type",
+    "Accelerator Core": "Task Type",
+    "Start Time(us)": "Task Start Time(us)",
+    "Duration(us)": "Task Duration(us)",
+    "Wait Time(us)": "Task Wait Time(us)",
+    "Block Dim": "Block Num",
+    "Mix Block Dim": "Mix Block Num",
+}
+
+
 @pytest.fixture
 def ascend_fixtures() -> Path:
     return ASCEND

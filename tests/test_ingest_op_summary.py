@@ -19,19 +19,11 @@ from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.signature import row_signature
 from perf_plugin.ingest.pipeline import ingest_path
 from perf_plugin.ingest.records import read_prof_directory
+from tests.conftest import OP_SUMMARY_COLUMNS
 
 ASCEND = Path(__file__).parent / "fixtures" / "ascend"
 LEVEL2 = ASCEND / "kernel_details_level2_llm_train.csv"
-RENAMES = {
-    "Name": "Op Name",
-    "Type": "OP Type",
-    "Accelerator Core": "Task Type",
-    "Start Time(us)": "Task Start Time(us)",
-    "Duration(us)": "Task Duration(us)",
-    "Wait Time(us)": "Task Wait Time(us)",
-    "Block Dim": "Block Num",
-    "Mix Block Dim": "Mix Block Num",
-}
+RENAMES = OP_SUMMARY_COLUMNS
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:

@@ -24,15 +24,11 @@ from perf_plugin.database.signature import row_signature, signature_text
 from perf_plugin.profiling import msprof
 from perf_plugin.profiling.msprof import (
     CHILD_ENV,
+    RECORD_ENV,
     MsprofCollector,
     MsprofError,
-    RECORD_ENV,
     external_mode,
     read_measured,
-)
-from perf_plugin.profiling.msprof_match import (
-    match_profile,
-    msprof_results,
 )
 from perf_plugin.profiling.msprof_launch import (
     MSPROF_OPTIONS,
@@ -41,19 +37,17 @@ from perf_plugin.profiling.msprof_launch import (
     msprof_command,
     run_under_msprof,
 )
+from perf_plugin.profiling.msprof_match import (
+    match_profile,
+    msprof_results,
+)
 from perf_plugin.replay.registry import get_replay
 from perf_plugin.writeback import WritebackRequest, write_back
+from tests.conftest import OP_SUMMARY_COLUMNS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ascend" / "kernel_details_level2_llm_train.csv"
 BENCH_TEST = (Path(__file__).parents[1] / "bench" / "test_kernels.py").read_text()
-RENAMES = {
-    "Name": "Op Name",
-    "Type": "OP Type",
-    "Accelerator Core": "Task Type",
-    "Start Time(us)": "Task Start Time(us)",
-    "Duration(us)": "Task Duration(us)",
-    "Wait Time(us)": "Task Wait Time(us)",
-}
+RENAMES = OP_SUMMARY_COLUMNS
 IDENTITY = [
     "OP State", "Accelerator Core", "Input Shapes", "Input Data Types", "Input Formats",
     "Output Shapes", "Output Data Types", "Output Formats",
