@@ -100,7 +100,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup(GROUP_NAME, GROUP_DESCRIPTION)
     for spec in OPTIONS:
-        help_text = f"{spec.help} [env {spec.env}; ini {spec.ini}]"
+        choices = f" ({', '.join(spec.choices)}; default {spec.default})" if spec.choices else ""
+        help_text = f"{spec.help}{choices} [env {spec.env}; ini {spec.ini}]"
         if spec.flag:
             group.addoption(f"--{spec.name}", action="store_true", default=None, dest=spec.dest, help=help_text)
         else:
