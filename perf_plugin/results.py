@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 OUTCOME_PASSED = "passed"
@@ -54,9 +54,14 @@ class CaseResult:
         return bool(self.samples_us)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        # by hand rather than dataclasses.asdict, whose deep copy costs ~0.15 ms per result
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["samples_us"] = list(self.samples_us)
-        data["kernels"] = [asdict(k) for k in self.kernels]
+        data["kernels"] = [
+            {"name": k.name, "mean_us": k.mean_us, "calls_per_repeat": k.calls_per_repeat} for k in self.kernels
+        ]
+        data["counters"] = dict(self.counters)
+        data["identity"] = dict(self.identity)
         return data
 
     @classmethod

@@ -81,3 +81,14 @@ def test_cpu_collector_measures_real_profiled_ops_in_batches() -> None:
     assert all(s > 0 for s in result.samples_us)
     assert [k.name for k in result.kernels] == ["aten::mm"]
     assert result.kernels[0].calls_per_repeat == pytest.approx(1.0)
+
+
+def test_case_result_json_round_trip() -> None:
+    from perf_plugin.results import CaseResult, KernelTime
+
+    result = CaseResult(
+        "MatMulV2-1x2", "MatMulV2", "MatMulV2.csv", 3, "sig", "passed", backend="cuda",
+        samples_us=(1.5, 2.5), kernels=(KernelTime("gemm", 2.0, 1.0),), reported_kernel_type="MatMulV3",
+        counters={"aicore_time(us)": 1.25}, identity={"Input Shapes": '"1,2;2,3"'},
+    )
+    assert CaseResult.from_json(result.to_json()) == result
