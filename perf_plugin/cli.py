@@ -51,4 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as ``python -m perf_plugin.cli`` this module is ``__main__``; the subcommands raise the
+    # UsageError of ``perf_plugin.cli``, so call that module's main to catch the same class.
+    from perf_plugin.cli import main as package_main
+
+    sys.exit(package_main())
