@@ -22,8 +22,16 @@ import pytest
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.kernel_types import validate_kernel_type
 from perf_plugin.database.paths import list_kernel_csvs
-from perf_plugin.database.schema import REQUIRED_IDENTITY_COLUMNS, row_has_valid_duration
-from perf_plugin.database.signature import row_signature, signature_text
+from perf_plugin.database.schema import (
+    REQUIRED_IDENTITY_COLUMNS,
+    row_has_valid_duration,
+)
+from perf_plugin.database.shapes import split_slots
+from perf_plugin.database.signature import (
+    normalise_dtype,
+    row_signature,
+    signature_text,
+)
 from perf_plugin.database.table import CsvTable
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.tensors import KernelRow, kernel_row_from_cells
@@ -64,8 +72,6 @@ class CaseSet:
 
 
 def _slot_text(cell: str) -> str:
-    from perf_plugin.database.shapes import split_slots
-
     slots = [s.strip().replace(",", "x") or "_" for s in split_slots(cell)]
     while slots and slots[-1] == "_":
         slots.pop()
@@ -73,9 +79,6 @@ def _slot_text(cell: str) -> str:
 
 
 def _dtype_text(cell: str) -> str:
-    from perf_plugin.database.shapes import split_slots
-    from perf_plugin.database.signature import normalise_dtype
-
     tokens = [normalise_dtype(t) for t in split_slots(cell)]
     tokens = [t for t in tokens if t]
     distinct: list[str] = []

@@ -155,6 +155,7 @@ def _write_file(
         table = CsvTable.new(IDENTITY_COLUMNS)
     index = _signature_index(table, kernel_type)
     touched: set[int] = set()
+    columns_ready = False
 
     for result in results:
         rows = index.get(result.signature_key, [])
@@ -169,7 +170,9 @@ def _write_file(
             else:
                 summary.unmatched_samples.append(result.case_id)
                 continue
-        _prepare_columns(table)  # only once a measurement is written: no empty columns otherwise
+        if not columns_ready:  # only once a measurement is written: no empty columns otherwise
+            _prepare_columns(table)
+            columns_ready = True
         for row in rows:
             _write_measurement(table, row, result, request.timestamp)
             touched.add(row)

@@ -12,21 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.registry import register
-from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec
+from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec, shape_text
 
 if TYPE_CHECKING:
     import torch
-
-
-def _fmt(spec: TensorSpec) -> str:
-    return "(empty)" if spec.shape is None else "[" + ",".join(str(d) for d in spec.shape) + "]"
 
 
 def _single(row: KernelRow) -> tuple[TensorSpec, TensorSpec]:
     """The one input and one output of a unary op."""
     if len(row.inputs) < 1 or not row.inputs[0].present or any(s.present for s in row.inputs[1:]):
         raise CaseBuildError(
-            f"{row.kernel_type} needs exactly one input, got " + ";".join(_fmt(s) for s in row.inputs)
+            f"{row.kernel_type} needs exactly one input, got " + ";".join(shape_text(s) for s in row.inputs)
         )
     outputs = row.present_outputs
     if len(outputs) != 1:
@@ -57,7 +53,7 @@ class SwiGluReplay(OpReplay):
         dim = swiglu_dim(x.shape, out.shape)
         if dim is None:
             raise CaseBuildError(
-                f"{row.kernel_type} output {_fmt(out)} is not the input {_fmt(x)} halved along one dimension"
+                f"{row.kernel_type} output {shape_text(out)} is not the input {shape_text(x)} halved along one dimension"
             )
         if out.dtype != x.dtype:
             raise CaseBuildError(
@@ -93,7 +89,7 @@ class SoftmaxReplay(OpReplay):
         """None when the output keeps the input dtype, else the float32 output of a half input."""
         x, out = _single(row)
         if out.shape != x.shape:
-            raise CaseBuildError(f"{row.kernel_type} output {_fmt(out)} differs from the input {_fmt(x)}")
+            raise CaseBuildError(f"{row.kernel_type} output {shape_text(out)} differs from the input {shape_text(x)}")
         if out.dtype == x.dtype:
             return None
         if out.dtype in ("FLOAT", "FLOAT32") and x.dtype in ("FLOAT16", "BF16", "FP16", "HALF", "BFLOAT16"):

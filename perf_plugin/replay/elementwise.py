@@ -19,15 +19,16 @@ from perf_plugin.database.signature import normalise_dtype, normalise_format
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.matmul import broadcast_shapes
 from perf_plugin.replay.registry import register
-from perf_plugin.replay.tensors import DTYPES, FLOATING, KernelRow, TensorSpec
+from perf_plugin.replay.tensors import (
+    DTYPES,
+    FLOATING,
+    KernelRow,
+    TensorSpec,
+    shape_text,
+)
 
 if TYPE_CHECKING:
     import torch
-
-
-def _fmt(spec: TensorSpec) -> str:
-    assert spec.shape is not None
-    return "[" + ",".join(str(d) for d in spec.shape) + "]"
 
 
 def _recorded_slots(row: KernelRow, side: str) -> tuple[TensorSpec, ...]:
@@ -107,9 +108,9 @@ class _BinaryReplay(_ElementwiseReplay):
         shape = broadcast_shapes(x.shape, y.shape)
         if shape != out.shape:
             raise CaseBuildError(
-                f"{row.kernel_type} shapes are inconsistent: {_fmt(x)} and {_fmt(y)} "
+                f"{row.kernel_type} shapes are inconsistent: {shape_text(x)} and {shape_text(y)} "
                 + ("do not broadcast" if shape is None else f"broadcast to [{','.join(map(str, shape))}]")
-                + f", the output is {_fmt(out)}"
+                + f", the output is {shape_text(out)}"
             )
         if out.dtype not in FLOATING and (x.dtype in FLOATING or y.dtype in FLOATING):
             raise CaseBuildError(
@@ -168,7 +169,7 @@ class MulsReplay(_ElementwiseReplay):
     def check(self, row: KernelRow) -> None:
         (x,), out = self.operands(row)
         if x.shape != out.shape:
-            raise CaseBuildError(f"{row.kernel_type} output {_fmt(out)} differs from the input {_fmt(x)}")
+            raise CaseBuildError(f"{row.kernel_type} output {shape_text(out)} differs from the input {shape_text(x)}")
         if x.dtype != out.dtype:
             raise CaseBuildError(
                 f"{row.kernel_type} output dtype {out.dtype} differs from the input dtype {x.dtype}"
@@ -200,7 +201,7 @@ class CastReplay(_ElementwiseReplay):
     def check(self, row: KernelRow) -> None:
         (x,), out = self.operands(row)
         if x.shape != out.shape:
-            raise CaseBuildError(f"{row.kernel_type} output {_fmt(out)} differs from the input {_fmt(x)}")
+            raise CaseBuildError(f"{row.kernel_type} output {shape_text(out)} differs from the input {shape_text(x)}")
         if x.dtype == out.dtype:
             # x.to(same dtype) returns x itself and launches nothing; a same-dtype copy is TensorMove.
             raise CaseBuildError(

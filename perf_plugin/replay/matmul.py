@@ -15,14 +15,13 @@ storage shape (``FRACTAL_NZ`` tiles) fails the shape consistency check with its 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.shapes import Shape
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.registry import register
-from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec
+from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec, shape_text
 
 if TYPE_CHECKING:
     import torch
@@ -72,17 +71,13 @@ def broadcast_shapes(*shapes: Shape) -> Shape | None:
     return tuple(result)
 
 
-def _fmt(shape: Sequence[int] | None) -> str:
-    return "(empty)" if shape is None else "[" + ",".join(str(d) for d in shape) + "]"
-
-
 def _operands(row: KernelRow) -> tuple[TensorSpec, TensorSpec, TensorSpec | None, TensorSpec]:
     """Split a row into (a, b, bias or None, out), rejecting unexpected slots."""
     inputs = row.inputs
     if len(inputs) < 2 or inputs[0].shape is None or inputs[1].shape is None:
         raise CaseBuildError(
             f"{row.kernel_type} needs two operand slots, got input shapes "
-            + ";".join(_fmt(s.shape) for s in inputs)
+            + ";".join(shape_text(s.shape) for s in inputs)
         )
     bias = inputs[2] if len(inputs) > 2 and inputs[2].present else None
     extra = [i for i, s in enumerate(inputs[3:], start=3) if s.present]
@@ -141,8 +136,8 @@ class _MatmulFamily(OpReplay):
             assert bias.shape is not None
             if broadcast_shapes(bias.shape, out.shape) != out.shape:
                 raise CaseBuildError(
-                    f"{row.kernel_type} bias {_fmt(bias.shape)} does not broadcast to the output "
-                    f"{_fmt(out.shape)}"
+                    f"{row.kernel_type} bias {shape_text(bias.shape)} does not broadcast to the output "
+                    f"{shape_text(out.shape)}"
                 )
         return layout
 
@@ -171,13 +166,13 @@ class MatMulReplay(_MatmulFamily):
     def core_layout(self, row: KernelRow, a: Shape, b: Shape, out: Shape) -> MatmulLayout:
         if len(a) != 2 or len(b) != 2 or len(out) != 2:
             raise CaseBuildError(
-                f"{row.kernel_type} operands and output must be 2-D, got {_fmt(a)} @ {_fmt(b)} -> {_fmt(out)}"
+                f"{row.kernel_type} operands and output must be 2-D, got {shape_text(a)} @ {shape_text(b)} -> {shape_text(out)}"
             )
         layout = matmul_layout(a, b, out)
         if layout is None:
             raise CaseBuildError(
-                f"{row.kernel_type} shapes are inconsistent: no layout of A {_fmt(a)} and "
-                f"B {_fmt(b)} ([M,K] or [K,M], [K,N] or [N,K]) gives the output {_fmt(out)}"
+                f"{row.kernel_type} shapes are inconsistent: no layout of A {shape_text(a)} and "
+                f"B {shape_text(b)} ([M,K] or [K,M], [K,N] or [N,K]) gives the output {shape_text(out)}"
             )
         return layout
 
@@ -205,21 +200,21 @@ class BatchMatMulReplay(_MatmulFamily):
     def core_layout(self, row: KernelRow, a: Shape, b: Shape, out: Shape) -> MatmulLayout:
         if len(a) < 2 or len(b) < 2 or len(out) < 2:
             raise CaseBuildError(
-                f"{row.kernel_type} operands and output need at least 2 dims, got {_fmt(a)} @ "
-                f"{_fmt(b)} -> {_fmt(out)}"
+                f"{row.kernel_type} operands and output need at least 2 dims, got {shape_text(a)} @ "
+                f"{shape_text(b)} -> {shape_text(out)}"
             )
         batch = broadcast_shapes(a[:-2], b[:-2])
         if batch is None or batch != out[:-2]:
             raise CaseBuildError(
-                f"{row.kernel_type} batch dims are inconsistent: {_fmt(a[:-2])} and "
-                f"{_fmt(b[:-2])} do not broadcast to the output batch {_fmt(out[:-2])}"
+                f"{row.kernel_type} batch dims are inconsistent: {shape_text(a[:-2])} and "
+                f"{shape_text(b[:-2])} do not broadcast to the output batch {shape_text(out[:-2])}"
             )
         layout = matmul_layout(a[-2:], b[-2:], out[-2:])
         if layout is None:
             raise CaseBuildError(
-                f"{row.kernel_type} shapes are inconsistent: no layout of A {_fmt(a)} and "
-                f"B {_fmt(b)} (last two dims [M,K] or [K,M], [K,N] or [N,K]) gives the output "
-                f"{_fmt(out)}"
+                f"{row.kernel_type} shapes are inconsistent: no layout of A {shape_text(a)} and "
+                f"B {shape_text(b)} (last two dims [M,K] or [K,M], [K,N] or [N,K]) gives the output "
+                f"{shape_text(out)}"
             )
         return layout
 

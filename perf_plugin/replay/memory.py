@@ -29,17 +29,13 @@ from typing import TYPE_CHECKING, Any
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.elementwise import scalar_aware_inputs
 from perf_plugin.replay.registry import register
-from perf_plugin.replay.tensors import KernelRow, TensorSpec
+from perf_plugin.replay.tensors import KernelRow, TensorSpec, shape_text
 
 if TYPE_CHECKING:
     import torch
 
 Shape = tuple[int, ...]
 INDEX_DTYPES = frozenset({"INT32", "INT64"})
-
-
-def _fmt(shape: Sequence[int] | None) -> str:
-    return "(empty)" if shape is None else "[" + ",".join(str(d) for d in shape) + "]"
 
 
 def derive_perm(source: Shape, target: Shape) -> tuple[int, ...] | None:
@@ -117,7 +113,7 @@ def _host_vector(row: KernelRow, index: int, name: str, rank: int) -> None:
     spec = row.inputs[index]
     if spec.shape != (rank,):
         raise CaseBuildError(
-            f"{row.kernel_type} {name} (input slot {index}) has shape {_fmt(spec.shape)}, "
+            f"{row.kernel_type} {name} (input slot {index}) has shape {shape_text(spec.shape)}, "
             f"expected [{rank}] for a {rank}-d input"
         )
     if spec.dtype not in INDEX_DTYPES:
@@ -149,8 +145,8 @@ class TransposeReplay(_DataMovementReplay):
         perm = derive_perm(x.shape, out.shape or ())
         if perm is None:
             raise CaseBuildError(
-                f"{row.kernel_type} output {_fmt(out.shape)} is not a permutation of the input "
-                f"{_fmt(x.shape)}"
+                f"{row.kernel_type} output {shape_text(out.shape)} is not a permutation of the input "
+                f"{shape_text(x.shape)}"
             )
         return perm
 
@@ -179,7 +175,7 @@ class SliceReplay(_DataMovementReplay):
         _host_vector(row, 2, "size", len(x.shape))
         if len(out.shape) != len(x.shape) or any(o > i for o, i in zip(out.shape, x.shape)):
             raise CaseBuildError(
-                f"{row.kernel_type} output {_fmt(out.shape)} does not fit inside the input {_fmt(x.shape)}"
+                f"{row.kernel_type} output {shape_text(out.shape)} does not fit inside the input {shape_text(x.shape)}"
             )
 
     def make_inputs(
@@ -203,7 +199,7 @@ class TensorMoveReplay(_DataMovementReplay):
         out = self.single_output(row, x)
         if out.shape != x.shape:
             raise CaseBuildError(
-                f"{row.kernel_type} output {_fmt(out.shape)} differs from the input {_fmt(x.shape)}"
+                f"{row.kernel_type} output {shape_text(out.shape)} differs from the input {shape_text(x.shape)}"
             )
 
     def make_inputs(
@@ -233,18 +229,18 @@ class GatherV2Replay(_DataMovementReplay):
             raise CaseBuildError(f"{row.kernel_type} indices dtype {indices.dtype} is not INT32/INT64")
         if len(row.inputs) > 2 and row.inputs[2].present and row.inputs[2].numel != 1:
             raise CaseBuildError(
-                f"{row.kernel_type} axis (input slot 2) has shape {_fmt(row.inputs[2].shape)}, "
+                f"{row.kernel_type} axis (input slot 2) has shape {shape_text(row.inputs[2].shape)}, "
                 "expected one value"
             )
         axis = gather_axis(x.shape, indices.shape, out.shape)
         if axis is None:
             raise CaseBuildError(
-                f"{row.kernel_type} shapes are inconsistent: no axis of x {_fmt(x.shape)} gathered with "
-                f"indices {_fmt(indices.shape)} gives the output {_fmt(out.shape)}"
+                f"{row.kernel_type} shapes are inconsistent: no axis of x {shape_text(x.shape)} gathered with "
+                f"indices {shape_text(indices.shape)} gives the output {shape_text(out.shape)}"
             )
         if x.shape[axis] == 0:
             raise CaseBuildError(
-                f"{row.kernel_type} x {_fmt(x.shape)} is empty along axis {axis}: no valid index"
+                f"{row.kernel_type} x {shape_text(x.shape)} is empty along axis {axis}: no valid index"
             )
         return x, indices, out, axis
 
@@ -276,7 +272,7 @@ class ConcatDReplay(_DataMovementReplay):
         if not row.inputs or not all(s.present for s in row.inputs):
             raise CaseBuildError(
                 f"{row.kernel_type} needs one or more non-empty inputs, got "
-                + ";".join(_fmt(s.shape) for s in row.inputs)
+                + ";".join(shape_text(s.shape) for s in row.inputs)
             )
         out = self.single_output(row, row.inputs[0])
         mixed = sorted({s.dtype for s in row.inputs})
@@ -287,8 +283,8 @@ class ConcatDReplay(_DataMovementReplay):
         if axis is None:
             raise CaseBuildError(
                 f"{row.kernel_type} shapes are inconsistent: inputs "
-                + ";".join(_fmt(s.shape) for s in row.inputs)
-                + f" do not concatenate along one axis into {_fmt(out.shape)}"
+                + ";".join(shape_text(s.shape) for s in row.inputs)
+                + f" do not concatenate along one axis into {shape_text(out.shape)}"
             )
         return axis
 

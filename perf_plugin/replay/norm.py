@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.registry import register
-from perf_plugin.replay.tensors import DTYPES, FLOATING, KernelRow, TensorSpec
+from perf_plugin.replay.tensors import (
+    DTYPES,
+    FLOATING,
+    KernelRow,
+    TensorSpec,
+    shape_text,
+)
 
 if TYPE_CHECKING:
     import torch
 
 EPSILON = 1e-6
-
-
-def _fmt(spec: TensorSpec | None) -> str:
-    if spec is None or spec.shape is None:
-        return "(empty)"
-    return "[" + ",".join(str(d) for d in spec.shape) + "]"
 
 
 @register
@@ -39,7 +39,7 @@ class RmsNormReplay(OpReplay):
         well_formed = len(inputs) >= 2 and inputs[0].present and inputs[1].present
         if not well_formed or any(s.present for s in inputs[2:]):
             raise CaseBuildError(
-                f"{row.kernel_type} needs input slots x;gamma, got " + ";".join(_fmt(s) for s in inputs)
+                f"{row.kernel_type} needs input slots x;gamma, got " + ";".join(shape_text(s) for s in inputs)
             )
         outputs = row.present_outputs
         if len(outputs) not in (1, 2):
@@ -52,10 +52,10 @@ class RmsNormReplay(OpReplay):
         g = len(gamma.shape)
         if g == 0 or g > len(x.shape) or x.shape[len(x.shape) - g :] != gamma.shape:
             raise CaseBuildError(
-                f"{row.kernel_type} gamma {_fmt(gamma)} is not the trailing dims of x {_fmt(x)}"
+                f"{row.kernel_type} gamma {shape_text(gamma)} is not the trailing dims of x {shape_text(x)}"
             )
         if y.shape != x.shape:
-            raise CaseBuildError(f"{row.kernel_type} output y {_fmt(y)} differs from x {_fmt(x)}")
+            raise CaseBuildError(f"{row.kernel_type} output y {shape_text(y)} differs from x {shape_text(x)}")
         if x.dtype not in FLOATING or gamma.dtype not in FLOATING:
             raise CaseBuildError(f"{row.kernel_type} needs floating x and gamma, got {x.dtype};{gamma.dtype}")
         if y.dtype != x.dtype:
@@ -64,8 +64,8 @@ class RmsNormReplay(OpReplay):
             expected = x.shape[: len(x.shape) - g] + (1,) * g
             if rstd.shape != expected:
                 raise CaseBuildError(
-                    f"{row.kernel_type} output rstd {_fmt(rstd)} should be "
-                    f"[{','.join(map(str, expected))}] (x {_fmt(x)} with the {g} normalised dim(s) set to 1)"
+                    f"{row.kernel_type} output rstd {shape_text(rstd)} should be "
+                    f"[{','.join(map(str, expected))}] (x {shape_text(x)} with the {g} normalised dim(s) set to 1)"
                 )
             # rstd is accumulated in float32 (float64 for float64 x), whatever the dtype of x
             wanted = "float64" if DTYPES[x.dtype][0] == "float64" else "float32"

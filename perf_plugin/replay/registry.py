@@ -40,9 +40,17 @@ def _qualified(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+_builtins_loaded = False
+
+
 def load_builtin_replays() -> None:
+    """Import the shipped replay modules once (lookups happen per row and per case)."""
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
     for module in BUILTIN_MODULES:
         importlib.import_module(module)
+    _builtins_loaded = True
 
 
 def get_replay(kernel_type: str) -> OpReplay | None:

@@ -7,6 +7,7 @@ CPU databases written by this project use the same names.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
@@ -123,6 +124,12 @@ def _specs(row: Mapping[str, str], side: str) -> tuple[TensorSpec, ...]:
                 )
         specs.append(TensorSpec(shape, dtype, formats[i] if i < len(formats) else ""))
     return tuple(specs)
+
+
+def shape_text(value: "TensorSpec | Sequence[int] | None") -> str:
+    """``[4096,1024]`` for messages; ``(empty)`` for an empty slot."""
+    shape = value.shape if isinstance(value, TensorSpec) else value
+    return "(empty)" if shape is None else "[" + ",".join(str(d) for d in shape) + "]"
 
 
 def kernel_row_from_cells(kernel_type: str, row: Mapping[str, str]) -> KernelRow:
