@@ -104,6 +104,7 @@ def build_summary(state: RunState, command: list[str]) -> RunSummary:
         update_mode=settings.update_mode,
         repeat_count=settings.repeat_count,
         warmup_count=settings.warmup_count,
+        cache_mode=settings.cache_mode,
         command=command,
         results=merged_results(state),
         quarantined=quarantined_rows(state),

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from perf_plugin.backends.select import BACKEND_CHOICES
+from perf_plugin.replay.cache_modes import CACHE_MODES, DEFAULT_CACHE_MODE
 
 GROUP_NAME = "perf"
 GROUP_DESCRIPTION = "operator performance lab"
@@ -92,7 +93,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("profile-batch-size", "cases per in-process profiler session (results reach the controller per batch)", 32, _positive_int),
     OptionSpec("no-writeback", "measure and report, but leave the database CSVs unchanged", False, _bool, flag=True),
     OptionSpec("seed", "seed of the random inputs", 0, _non_negative_int),
-    OptionSpec("cold-cache", "flush the L2 cache outside the timed range before every repeat (CUDA)", False, _bool, flag=True),
+    OptionSpec(
+        "cache-mode",
+        "how repeats meet the device cache: warm (same inputs), cold (cache flushed outside the timed range "
+        "before every repeat), rotate (cycle through input copies larger than twice the cache)",
+        DEFAULT_CACHE_MODE,
+        choices=CACHE_MODES,
+    ),
     OptionSpec("lock-timeout", "seconds to wait for another session's database lock", 60.0, float),
 )
 
@@ -136,7 +143,7 @@ class Settings:
     profile_batch_size: int
     no_writeback: bool
     seed: int
-    cold_cache: bool
+    cache_mode: str
     lock_timeout: float
 
 
@@ -177,5 +184,4 @@ def resolve_settings(config: pytest.Config) -> Settings:
             values[key] = Path(values[key])
     values["prune_empty_duration_rows"] = bool(values["prune_empty_duration_rows"])
     values["no_writeback"] = bool(values["no_writeback"])
-    values["cold_cache"] = bool(values["cold_cache"])
     return Settings(**values)

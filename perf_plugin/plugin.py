@@ -126,7 +126,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     lines = [
         f"perf: backend {state.backend_name} ({state.device_name}), "
-        f"{state.settings.repeat_count} repeats after {state.settings.warmup_count} warm-up",
+        f"{state.settings.repeat_count} repeats after {state.settings.warmup_count} warm-up, "
+        f"{state.settings.cache_mode} cache",
         f"perf: database {describe_location(state.location)}",
     ]
     return lines + [f"perf: {note}" for note in state.notes]
@@ -188,7 +189,7 @@ def perf_runner(pytestconfig: pytest.Config):  # type: ignore[no-untyped-def]
         settings.repeat_count,
         settings.warmup_count,
         seed=settings.seed,
-        cold_cache=settings.cold_cache,
+        cache_mode=settings.cache_mode,
     )
     return CaseExecutor(state, runner)
 
@@ -267,6 +268,10 @@ class ControllerHooks:
         mode = msprof.external_mode(state.settings.prof_path, state.backend_name)
         if mode is None or config.option.collectonly or session.testsfailed:
             return None  # pytest's own loop (it stops on collection errors)
+        if state.settings.cache_mode != "warm" and mode == msprof.MODE_LAUNCH:
+            # the flush and the input copies launch kernels of their own, which op_summary
+            # would count among the case's launches
+            raise pytest.UsageError(f"--cache-mode {state.settings.cache_mode} is not available under msprof; use warm")
         cases = [(item.nodeid, case) for item in session.items if (case := _case_of(item)) is not None]
         try:
             outcome = msprof_launch.external_run(

@@ -158,6 +158,7 @@ class RunSummary:
     repeat_count: int
     warmup_count: int
     command: list[str]
+    cache_mode: str = "warm"
     results: list[CaseResult] = field(default_factory=list)
     files: list[FileWriteback] = field(default_factory=list)
     quarantined: list[QuarantinedRow] = field(default_factory=list)

@@ -49,6 +49,10 @@ class Backend(ABC):
     def peak_memory_bytes(self) -> int | None:
         return None
 
+    def cache_bytes(self) -> int | None:
+        """Size of the last-level cache the kernels read through, or None when unknown."""
+        return None
+
     def generator(self, seed: int) -> "torch.Generator":
         import torch
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perf_plugin.backends.base import Backend
@@ -35,4 +36,34 @@ class CpuBackend(Backend):
                         return int(line.split()[1]) * 1024
         except OSError:
             return None
+        return None
+
+    def cache_bytes(self) -> int | None:
+        return last_level_cache_bytes(Path("/sys/devices/system/cpu/cpu0/cache"))
+
+
+def last_level_cache_bytes(cache_dir: Path) -> int | None:
+    """Size of the highest-level data cache Linux describes under ``cache_dir`` (``index*/``)."""
+    best: tuple[int, int] | None = None
+    for index in cache_dir.glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size_text = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction":
+            continue
+        size = _size_bytes(size_text)
+        if size and (best is None or level > best[0]):
+            best = (level, size)
+    return best[1] if best else None
+
+
+def _size_bytes(text: str) -> int | None:
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    number, unit = (text[:-1], text[-1].upper()) if text and text[-1].upper() in units else (text, "")
+    try:
+        return int(number) * units.get(unit, 1)
+    except ValueError:
         return None

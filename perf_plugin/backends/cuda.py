@@ -57,3 +57,9 @@ class CudaBackend(Backend):
         import torch
 
         return int(torch.cuda.max_memory_allocated(self.index))
+
+    def cache_bytes(self) -> int | None:
+        import torch
+
+        size = getattr(torch.cuda.get_device_properties(self.index), "L2_cache_size", 0)
+        return int(size) or None

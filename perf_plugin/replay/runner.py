@@ -13,6 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.replay.base import CaseBuildError
+from perf_plugin.replay.cache_modes import (
+    DEFAULT_CACHE_MODE,
+    FALLBACK_CACHE_BYTES,
+    cache_flush,
+    clone_inputs,
+    rotating,
+    rotation_copies,
+    tensor_bytes,
+)
 from perf_plugin.replay.registry import get_replay
 from perf_plugin.replay.verify import VerificationError, verify_outputs
 
@@ -25,7 +34,6 @@ if TYPE_CHECKING:
 # outputs during verification and timing, plus temporaries inside composite ops.
 MEMORY_HEADROOM = 3.0
 RELEASE_CACHE_BYTES = 64 * 1024 * 1024
-L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current GPU's L2 (H100: 50 MB, H200: 60 MB)
 
 
 class CaseSkip(Exception):
@@ -43,7 +51,7 @@ class ReplayRunner:
     repeat_count: int
     warmup_count: int
     seed: int = 0
-    cold_cache: bool = False
+    cache_mode: str = DEFAULT_CACHE_MODE
     _flush_buffer: Any = None
 
     def _check_memory(self, case: "Case") -> None:
@@ -61,14 +69,24 @@ class ReplayRunner:
             raise CaseSkip(error.describe())
 
     def _before_repeat(self) -> Any:
-        if not self.cold_cache or self.backend.name == "cpu":
+        """Cold mode: the flush run outside the timed range before every repeat."""
+        if self.cache_mode != "cold":
             return None
-        import torch
-
         if self._flush_buffer is None:
-            self._flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.backend.torch_device())
-        buffer = self._flush_buffer
-        return lambda: buffer.fill_(1)
+            import torch
+
+            # twice the cache: a write of exactly its size may leave lines of the inputs behind
+            size = 2 * (self.backend.cache_bytes() or FALLBACK_CACHE_BYTES // 2)
+            self._flush_buffer = torch.empty(size, dtype=torch.uint8, device=self.backend.torch_device())
+        return cache_flush(self._flush_buffer)
+
+    def _timed_call(self, function: Any, args: tuple[Any, ...]) -> Any:
+        """The call the repeats time: on the same inputs, or (rotate mode) on rotating copies."""
+        if self.cache_mode != "rotate":
+            return _bind(function, args)
+        cache = self.backend.cache_bytes() or FALLBACK_CACHE_BYTES
+        copies = rotation_copies(tensor_bytes(args), cache)
+        return rotating(function, [args] + [clone_inputs(args) for _ in range(copies - 1)])
 
     def run(self, case: "Case") -> None:
         assert case.row is not None
@@ -96,10 +114,16 @@ class ReplayRunner:
             except VerificationError as exc:
                 raise CaseFailure(str(exc)) from None
             del outputs, reference
-            run_once = _bind(replay.run, args)
+            try:
+                run_once = self._timed_call(replay.run, args)
+            except RuntimeError as exc:
+                if "out of memory" in str(exc).lower():
+                    raise CaseSkip(f"out of device memory for the {self.cache_mode} cache mode") from None
+                raise
             for _ in range(self.warmup_count):
                 run_once()
             self.collector.measure(case, run_once, self.repeat_count, self._before_repeat())
+            del run_once  # releases rotating copies of the inputs with the inputs
         finally:
             del args
             self._release(case.row.nbytes)

@@ -58,6 +58,7 @@ def _facts(summary: RunSummary) -> list[str]:
         ("database", f"`{summary.database_dir}`"),
         ("update mode", summary.update_mode),
         ("repeats / warm-up", f"{summary.repeat_count} / {summary.warmup_count}"),
+        ("cache mode", summary.cache_mode),
         ("elapsed", f"{summary.elapsed_s:.1f} s"),
         ("workers / device ids", f"{summary.max_concurrency} / {devices}"),
         ("replay coverage", coverage),

@@ -140,6 +140,7 @@ def build_run_report(summary: RunSummary, reports_dir: str | Path | None = None)
             "update_mode": summary.update_mode,
             "repeat_count": summary.repeat_count,
             "warmup_count": summary.warmup_count,
+            "cache_mode": summary.cache_mode,
             "command": list(summary.command),
             "coverage": summary.coverage,
             "coverage_min": summary.coverage_min,

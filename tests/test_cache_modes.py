@@ -1,0 +1,147 @@
+"""Cache modes of the timed repeats: warm, cold (flush before each repeat), rotating inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from perf_plugin.backends.cpu import CpuBackend, last_level_cache_bytes
+from perf_plugin.replay.cache_modes import (
+    MAX_ROTATION_COPIES,
+    clone_inputs,
+    rotating,
+    rotation_copies,
+    tensor_bytes,
+)
+from perf_plugin.replay.runner import ReplayRunner
+from tests.test_plugin import BENCH_TEST, HEADER, _profiler_modules_loaded, write_csv  # noqa: F401 (autouse fixture)
+
+
+class SmallCacheCpu(CpuBackend):
+    """The CPU backend with a last-level cache of a given size, to keep buffers small."""
+
+    def __init__(self, cache: int) -> None:
+        super().__init__()
+        self.cache = cache
+
+    def cache_bytes(self) -> int | None:
+        return self.cache
+
+
+def test_tensor_bytes_counts_nested_tensors_only() -> None:
+    args = (torch.ones(4, 8), [torch.ones(3, dtype=torch.bfloat16), torch.ones(2, dtype=torch.int64)], 2.5, "x")
+    assert tensor_bytes(args) == 4 * 8 * 4 + 3 * 2 + 2 * 8
+
+
+def test_clone_inputs_gives_fresh_storage_with_equal_values_and_strides() -> None:
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    args = (base.t(), [base[1:], base[:, 2:4], base[:1].expand(3, 6)], 7)
+    copy = clone_inputs(args)
+    assert isinstance(copy, tuple) and isinstance(copy[1], list) and copy[2] == 7
+    for original, cloned in [(args[0], copy[0]), *zip(args[1], copy[1])]:
+        assert cloned.data_ptr() != original.data_ptr()
+        assert torch.equal(cloned, original)
+        assert (cloned.stride(), cloned.storage_offset()) == (original.stride(), original.storage_offset())
+    copy[0].add_(1)  # the copies share nothing with the originals
+    assert torch.equal(base, torch.arange(24, dtype=torch.float32).reshape(4, 6))
+
+
+@pytest.mark.parametrize(
+    ("input_bytes", "cache", "expected"),
+    [(10, 100, 20), (30, 100, 7), (300, 100, 1), (1, 10**9, MAX_ROTATION_COPIES), (0, 100, 1)],
+)
+def test_rotation_copies_exceed_twice_the_cache_up_to_the_cap(input_bytes: int, cache: int, expected: int) -> None:
+    assert rotation_copies(input_bytes, cache) == expected
+
+
+def test_rotating_cycles_through_the_input_sets_in_order() -> None:
+    seen: list[int] = []
+    run_once = rotating(lambda value: seen.append(value), [(1,), (2,), (3,)])
+    for _ in range(7):
+        run_once()
+    assert seen == [1, 2, 3, 1, 2, 3, 1]
+
+
+def _runner(mode: str, cache: int) -> ReplayRunner:
+    return ReplayRunner(SmallCacheCpu(cache), collector=None, repeat_count=3, warmup_count=0, cache_mode=mode)  # type: ignore[arg-type]
+
+
+def test_rotate_mode_times_distinct_copies_of_the_inputs() -> None:
+    inputs = (torch.ones(16, 16), torch.ones(16, 16))  # 2 KiB; cache 4 KiB -> 4 input sets
+    pointers: list[int] = []
+    run_once = _runner("rotate", 4096)._timed_call(lambda a, b: pointers.append(a.data_ptr()), inputs)
+    for _ in range(8):
+        run_once()
+    assert len(set(pointers)) == 4
+    assert pointers[:4] == pointers[4:]
+    assert pointers[0] == inputs[0].data_ptr()  # the verified inputs are the first set
+
+
+@pytest.mark.parametrize("mode", ["warm", "cold"])
+def test_other_modes_time_the_same_inputs(mode: str) -> None:
+    inputs = (torch.ones(16, 16),)
+    pointers: list[int] = []
+    run_once = _runner(mode, 4096)._timed_call(lambda a: pointers.append(a.data_ptr()), inputs)
+    for _ in range(3):
+        run_once()
+    assert set(pointers) == {inputs[0].data_ptr()}
+
+
+def test_cold_mode_flushes_a_buffer_twice_the_cache_and_warm_mode_none() -> None:
+    assert _runner("warm", 4096)._before_repeat() is None
+    assert _runner("rotate", 4096)._before_repeat() is None
+    runner = _runner("cold", 4096)
+    flush = runner._before_repeat()
+    assert flush is not None
+    flush()
+    assert runner._flush_buffer.numel() == 8192
+    assert bool((runner._flush_buffer == 1).all())
+    assert runner._before_repeat() is not None and runner._flush_buffer.numel() == 8192  # built once
+
+
+def _sysfs_cache(root: Path, entries: list[tuple[int, str, str]]) -> Path:
+    for number, (level, kind, size) in enumerate(entries):
+        index = root / f"index{number}"
+        index.mkdir(parents=True)
+        (index / "level").write_text(f"{level}\n")
+        (index / "type").write_text(f"{kind}\n")
+        (index / "size").write_text(f"{size}\n")
+    return root
+
+
+def test_last_level_cache_is_the_highest_data_level(tmp_path: Path) -> None:
+    root = _sysfs_cache(tmp_path, [(1, "Data", "48K"), (1, "Instruction", "64K"), (2, "Unified", "2048K"), (3, "Unified", "32M")])
+    assert last_level_cache_bytes(root) == 32 * 2**20
+    assert last_level_cache_bytes(tmp_path / "absent") is None
+
+
+def test_instruction_cache_never_counts(tmp_path: Path) -> None:
+    root = _sysfs_cache(tmp_path, [(1, "Data", "32K"), (2, "Instruction", "1024K")])
+    assert last_level_cache_bytes(root) == 32 * 1024
+
+
+ROWS = ['dynamic,AI_VECTOR_CORE,"""8,128;8,128""",FLOAT;FLOAT,ND;ND,"""8,128""",FLOAT,ND']
+
+
+def test_rotate_mode_runs_and_is_reported(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_kernels=BENCH_TEST)
+    db = write_csv(pytester.path / "db" / "Add.csv", HEADER, ROWS).parent
+    result = pytester.runpytest("--database-path", str(db), "--repeat-count", "3", "--warmup-count", "1",
+                                "-p", "no:cacheprovider", "--cache-mode", "rotate")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*3 repeats after 1 warm-up, rotate cache*"])
+    report = json.loads(next((db / "reports").glob("run_report_*.json")).read_text())
+    assert report["replay_run"]["cache_mode"] == "rotate"
+    markdown = next((db / "reports").glob("replay_report_*.md")).read_text()
+    assert "| cache mode | rotate |" in markdown
+
+
+def test_unknown_cache_mode_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_kernels=BENCH_TEST)
+    db = write_csv(pytester.path / "db" / "Add.csv", HEADER, ROWS).parent
+    result = pytester.runpytest("--database-path", str(db), "-p", "no:cacheprovider", "--cache-mode", "hot")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--cache-mode: invalid choice: 'hot'*"])
