@@ -15,6 +15,7 @@ from pathlib import Path
 from perf_plugin.cases import STATUS_NO_REPLAY, STATUS_QUARANTINED
 from perf_plugin.coverage import coverage_by_kernel, format_coverage, overall_fraction
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.replay.cache_modes import effective_cache_mode
 from perf_plugin.results import (
     OUTCOME_FAILED,
     OUTCOME_NO_REPLAY,
@@ -104,7 +105,7 @@ def build_summary(state: RunState, command: list[str]) -> RunSummary:
         update_mode=settings.update_mode,
         repeat_count=settings.repeat_count,
         warmup_count=settings.warmup_count,
-        cache_mode=settings.cache_mode,
+        cache_mode=effective_cache_mode(settings.cache_mode, state.backend_name),
         command=command,
         results=merged_results(state),
         quarantined=quarantined_rows(state),

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from perf_plugin.backends.select import BACKEND_CHOICES
-from perf_plugin.replay.cache_modes import CACHE_MODES, DEFAULT_CACHE_MODE
+from perf_plugin.replay.cache_modes import CACHE_MODES, DEFAULT_CACHE_MODE, MAX_ROTATION_COPIES
 
 GROUP_NAME = "perf"
 GROUP_DESCRIPTION = "operator performance lab"
@@ -96,9 +96,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "cache-mode",
         "how repeats meet the device cache: warm (same inputs), cold (cache flushed outside the timed range "
-        "before every repeat), rotate (cycle through input copies larger than twice the cache)",
+        "before every repeat), rotate (cycle through input copies larger than twice the cache), "
+        "auto (rotate on CUDA, warm elsewhere: measured closest to in-model durations)",
         DEFAULT_CACHE_MODE,
         choices=CACHE_MODES,
+    ),
+    OptionSpec(
+        "rotate-max-copies",
+        "rotate mode: at most this many input copies (smaller inputs rotate within the cache and stay warm)",
+        MAX_ROTATION_COPIES,
+        _positive_int,
     ),
     OptionSpec("lock-timeout", "seconds to wait for another session's database lock", 60.0, float),
 )
@@ -144,6 +151,7 @@ class Settings:
     no_writeback: bool
     seed: int
     cache_mode: str
+    rotate_max_copies: int
     lock_timeout: float
 
 

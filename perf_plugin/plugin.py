@@ -15,6 +15,7 @@ import pytest
 from perf_plugin import options
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.location import DeviceIdentity, describe_location, resolve_location, seed_from_sample
+from perf_plugin.replay.cache_modes import effective_cache_mode
 from perf_plugin.results import CaseResult
 from perf_plugin.session import RUN_STATE, CaseRecord, RunState
 
@@ -127,7 +128,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = [
         f"perf: backend {state.backend_name} ({state.device_name}), "
         f"{state.settings.repeat_count} repeats after {state.settings.warmup_count} warm-up, "
-        f"{state.settings.cache_mode} cache",
+        f"{effective_cache_mode(state.settings.cache_mode, state.backend_name)} cache",
         f"perf: database {describe_location(state.location)}",
     ]
     return lines + [f"perf: {note}" for note in state.notes]
@@ -189,7 +190,8 @@ def perf_runner(pytestconfig: pytest.Config):  # type: ignore[no-untyped-def]
         settings.repeat_count,
         settings.warmup_count,
         seed=settings.seed,
-        cache_mode=settings.cache_mode,
+        cache_mode=effective_cache_mode(settings.cache_mode, state.backend.name),
+        rotate_max_copies=settings.rotate_max_copies,
     )
     return CaseExecutor(state, runner)
 
@@ -268,10 +270,11 @@ class ControllerHooks:
         mode = msprof.external_mode(state.settings.prof_path, state.backend_name)
         if mode is None or config.option.collectonly or session.testsfailed:
             return None  # pytest's own loop (it stops on collection errors)
-        if state.settings.cache_mode != "warm" and mode == msprof.MODE_LAUNCH:
+        cache_mode = effective_cache_mode(state.settings.cache_mode, state.backend_name)
+        if cache_mode != "warm" and mode == msprof.MODE_LAUNCH:
             # the flush and the input copies launch kernels of their own, which op_summary
             # would count among the case's launches
-            raise pytest.UsageError(f"--cache-mode {state.settings.cache_mode} is not available under msprof; use warm")
+            raise pytest.UsageError(f"--cache-mode {cache_mode} is not available under msprof; use warm")
         cases = [(item.nodeid, case) for item in session.items if (case := _case_of(item)) is not None]
         try:
             outcome = msprof_launch.external_run(

@@ -30,3 +30,13 @@ OP_SUMMARY_COLUMNS = {
 @pytest.fixture
 def ascend_fixtures() -> Path:
     return ASCEND
+
+
+@pytest.fixture(autouse=True)
+def _replay_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests' expectations (device directory names, free memory, gloo) are the CPU's.
+
+    On a machine with a GPU, ``--backend auto`` would pick CUDA; an explicit ``--backend``
+    option in a test still wins over this environment default.
+    """
+    monkeypatch.setenv("PERF_BACKEND", "cpu")

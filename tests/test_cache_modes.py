@@ -12,6 +12,7 @@ from perf_plugin.backends.cpu import CpuBackend, last_level_cache_bytes
 from perf_plugin.replay.cache_modes import (
     MAX_ROTATION_COPIES,
     clone_inputs,
+    effective_cache_mode,
     rotating,
     rotation_copies,
     tensor_bytes,
@@ -57,6 +58,20 @@ def test_rotation_copies_exceed_twice_the_cache_up_to_the_cap(input_bytes: int, 
     assert rotation_copies(input_bytes, cache) == expected
 
 
+def test_rotation_copies_honour_a_smaller_cap() -> None:
+    assert rotation_copies(10, 100, max_copies=4) == 4
+    assert rotation_copies(60, 100, max_copies=4) == 4
+    assert rotation_copies(100, 100, max_copies=4) == 2
+
+
+@pytest.mark.parametrize(
+    ("setting", "backend", "expected"),
+    [("auto", "cuda", "rotate"), ("auto", "cpu", "warm"), ("auto", "npu", "warm"), ("cold", "cpu", "cold"), ("warm", "cuda", "warm")],
+)
+def test_auto_resolves_per_backend_and_explicit_modes_win(setting: str, backend: str, expected: str) -> None:
+    assert effective_cache_mode(setting, backend) == expected
+
+
 def test_rotating_cycles_through_the_input_sets_in_order() -> None:
     seen: list[int] = []
     run_once = rotating(lambda value: seen.append(value), [(1,), (2,), (3,)])
@@ -65,8 +80,11 @@ def test_rotating_cycles_through_the_input_sets_in_order() -> None:
     assert seen == [1, 2, 3, 1, 2, 3, 1]
 
 
-def _runner(mode: str, cache: int) -> ReplayRunner:
-    return ReplayRunner(SmallCacheCpu(cache), collector=None, repeat_count=3, warmup_count=0, cache_mode=mode)  # type: ignore[arg-type]
+def _runner(mode: str, cache: int, max_copies: int = MAX_ROTATION_COPIES) -> ReplayRunner:
+    return ReplayRunner(
+        SmallCacheCpu(cache), collector=None, repeat_count=3, warmup_count=0, cache_mode=mode,  # type: ignore[arg-type]
+        rotate_max_copies=max_copies,
+    )
 
 
 def test_rotate_mode_times_distinct_copies_of_the_inputs() -> None:
@@ -78,6 +96,15 @@ def test_rotate_mode_times_distinct_copies_of_the_inputs() -> None:
     assert len(set(pointers)) == 4
     assert pointers[:4] == pointers[4:]
     assert pointers[0] == inputs[0].data_ptr()  # the verified inputs are the first set
+
+
+def test_rotate_mode_respects_the_copy_cap() -> None:
+    inputs = (torch.ones(16, 16),)  # 1 KiB; cache 4 KiB would need 8 sets, capped at 3
+    pointers: list[int] = []
+    run_once = _runner("rotate", 4096, max_copies=3)._timed_call(lambda a: pointers.append(a.data_ptr()), inputs)
+    for _ in range(6):
+        run_once()
+    assert len(set(pointers)) == 3
 
 
 @pytest.mark.parametrize("mode", ["warm", "cold"])
@@ -137,6 +164,16 @@ def test_rotate_mode_runs_and_is_reported(pytester: pytest.Pytester) -> None:
     assert report["replay_run"]["cache_mode"] == "rotate"
     markdown = next((db / "reports").glob("replay_report_*.md")).read_text()
     assert "| cache mode | rotate |" in markdown
+
+
+def test_auto_mode_is_warm_on_the_cpu(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_kernels=BENCH_TEST)
+    db = write_csv(pytester.path / "db" / "Add.csv", HEADER, ROWS).parent
+    result = pytester.runpytest("--database-path", str(db), "--repeat-count", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*2 repeats after 5 warm-up, warm cache*"])
+    report = json.loads(next((db / "reports").glob("run_report_*.json")).read_text())
+    assert report["replay_run"]["cache_mode"] == "warm"
 
 
 def test_unknown_cache_mode_is_a_usage_error(pytester: pytest.Pytester) -> None:

@@ -9,7 +9,8 @@
   of a few KiB stay partly cached: for those, ``cold`` is the mode that misses.
 
 Which mode is closest to the durations the same kernels had inside a real model run is a
-measurement (``tests/perf/cache_modes_vs_model.py``); the default follows it.
+measurement (``tests/perf/cache_modes_vs_model.py``); ``auto``, the default, follows it per
+backend (``AUTO_CACHE_MODE``).
 """
 
 from __future__ import annotations
@@ -19,12 +20,24 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-CACHE_MODES = ("warm", "cold", "rotate")
-DEFAULT_CACHE_MODE = "warm"
+CACHE_MODES = ("auto", "warm", "cold", "rotate")
+DEFAULT_CACHE_MODE = "auto"
+# What ``auto`` means per backend.  CUDA: measured on an H100 against four Llama-3.1-8B decoder
+# layers profiled in a model run (README, "Cache modes").  The CPU and NPUs stay warm: on the CPU
+# no mode was measured closer, and rotating copies of a last-level cache of hundreds of MB would
+# cost memory and time; under msprof the other modes' extra kernels would be counted.
+AUTO_CACHE_MODE = {"cuda": "rotate"}
 # Larger than any current accelerator's last-level cache (H100 50 MB, H200 60 MB, B200 126 MB,
 # Ascend 910B 192 MB): the size of the cold-mode flush when the device does not report its own.
 FALLBACK_CACHE_BYTES = 256 * 1024 * 1024
 MAX_ROTATION_COPIES = 1024
+
+
+def effective_cache_mode(setting: str, backend_name: str) -> str:
+    """The mode a run uses: ``setting`` itself, or for ``auto`` the backend's measured choice."""
+    if setting != "auto":
+        return setting
+    return AUTO_CACHE_MODE.get(backend_name, "warm")
 
 
 def tensor_bytes(value: Any) -> int:
@@ -56,11 +69,11 @@ def clone_inputs(value: Any) -> Any:
     return value
 
 
-def rotation_copies(input_bytes: int, cache_bytes: int) -> int:
-    """Input sets to cycle through so that together they exceed twice the cache."""
+def rotation_copies(input_bytes: int, cache_bytes: int, max_copies: int = MAX_ROTATION_COPIES) -> int:
+    """Input sets to cycle through so that together they exceed twice the cache (at most ``max_copies``)."""
     if input_bytes <= 0:
         return 1
-    return max(1, min(MAX_ROTATION_COPIES, math.ceil(2 * cache_bytes / input_bytes)))
+    return max(1, min(max_copies, math.ceil(2 * cache_bytes / input_bytes)))
 
 
 def rotating(function: Callable[..., Any], input_sets: list[tuple[Any, ...]]) -> Callable[[], Any]:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.replay.base import CaseBuildError
 from perf_plugin.replay.cache_modes import (
-    DEFAULT_CACHE_MODE,
     FALLBACK_CACHE_BYTES,
+    MAX_ROTATION_COPIES,
     cache_flush,
     clone_inputs,
     rotating,
@@ -51,7 +51,8 @@ class ReplayRunner:
     repeat_count: int
     warmup_count: int
     seed: int = 0
-    cache_mode: str = DEFAULT_CACHE_MODE
+    cache_mode: str = "warm"  # an effective mode (cache_modes.effective_cache_mode), never "auto"
+    rotate_max_copies: int = MAX_ROTATION_COPIES
     _flush_buffer: Any = None
 
     def _check_memory(self, case: "Case") -> None:
@@ -85,7 +86,7 @@ class ReplayRunner:
         if self.cache_mode != "rotate":
             return _bind(function, args)
         cache = self.backend.cache_bytes() or FALLBACK_CACHE_BYTES
-        copies = rotation_copies(tensor_bytes(args), cache)
+        copies = rotation_copies(tensor_bytes(args), cache, self.rotate_max_copies)
         return rotating(function, [args] + [clone_inputs(args) for _ in range(copies - 1)])
 
     def run(self, case: "Case") -> None:

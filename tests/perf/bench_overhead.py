@@ -28,9 +28,10 @@ CHILD_PYTEST = textwrap.dedent(
     """
     import json, resource, sys, time
     import pytest, torch
-    db, backend, repeats, out = sys.argv[1:5]
+    db, backend, repeats, out, cache_mode = sys.argv[1:6]
     start = time.perf_counter()
     code = pytest.main([{bench!r}, "--database-path", db, "--backend", backend, "--repeat-count", repeats,
+                        "--cache-mode", cache_mode,
                         "-q", "-p", "no:cacheprovider", "--no-header", "-o", "console_output_style=classic"])
     wall = time.perf_counter() - start
     peak_device = torch.cuda.max_memory_allocated() if backend == "cuda" else 0
@@ -47,13 +48,14 @@ CHILD_BARE = textwrap.dedent(
     from perf_plugin.backends.select import resolve_backend
     from perf_plugin.cases import load_case_set
     from perf_plugin.profiling.torch_profiler import TorchProfilerCollector
+    from perf_plugin.replay.cache_modes import effective_cache_mode
     from perf_plugin.replay.registry import get_replay
     from perf_plugin.replay.runner import ReplayRunner
-    db, backend_name, repeats, out = sys.argv[1:5]
+    db, backend_name, repeats, out, cache_mode = sys.argv[1:6]
     start = time.perf_counter()
     backend = resolve_backend(backend_name)
     collector = TorchProfilerCollector(backend, batch_size=32)
-    runner = ReplayRunner(backend, collector, int(repeats), 5)
+    runner = ReplayRunner(backend, collector, int(repeats), 5, cache_mode=effective_cache_mode(cache_mode, backend.name))
     results = []
     for case in load_case_set(Path(db), get_replay).cases:
         runner.run(case)
@@ -80,12 +82,12 @@ def write_database(directory: Path, cases: int) -> None:
     (directory / "Add.csv").write_text("\n".join([HEADER, *rows]) + "\n")
 
 
-def run_child(source: str, db: Path, backend: str, repeats: int, scratch: Path) -> dict:
+def run_child(source: str, db: Path, backend: str, repeats: int, scratch: Path, cache_mode: str = "auto") -> dict:
     out = scratch / "out.json"
     script = scratch / "child.py"
     script.write_text(source)
-    subprocess.run([sys.executable, str(script), str(db), backend, str(repeats), str(out)], check=True, cwd=ROOT,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, str(script), str(db), backend, str(repeats), str(out), cache_mode], check=True,
+                   cwd=ROOT, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
 
@@ -94,6 +96,7 @@ def main() -> int:
     parser.add_argument("--backend", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--cases", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--cache-mode", default="auto", help="--cache-mode of both sides (default: the harness default)")
     parser.add_argument("--memory-only", action="store_true", help="only the pytest run: wall time, peak RSS and device memory")
     args = parser.parse_args()
     if args.memory_only:
@@ -103,7 +106,7 @@ def main() -> int:
             db.mkdir()
             write_database(db, args.cases)
             harness = run_child(CHILD_PYTEST.format(bench=str(ROOT / "bench" / "test_kernels.py")), db, args.backend,
-                                args.repeats, scratch)
+                                args.repeats, scratch, args.cache_mode)
         print(f"backend={args.backend} cases={args.cases} repeats={args.repeats} pytest wall {harness['wall']:.1f} s "
               f"({args.cases / harness['wall']:.0f} cases/s), exit code {harness['code']}")
         print(f"peak RSS {harness['rss'] / 2**20:.0f} MiB, peak device memory {harness['device'] / 2**20:.1f} MiB")
@@ -113,18 +116,18 @@ def main() -> int:
         db = scratch / "db"
         db.mkdir()
         write_database(db, args.cases)
-        bare = run_child(CHILD_BARE, db, args.backend, args.repeats, scratch)
+        bare = run_child(CHILD_BARE, db, args.backend, args.repeats, scratch, args.cache_mode)
         pytest_child = CHILD_PYTEST.format(bench=str(ROOT / "bench" / "test_kernels.py"))
-        harness = run_child(pytest_child, db, args.backend, args.repeats, scratch)
+        harness = run_child(pytest_child, db, args.backend, args.repeats, scratch, args.cache_mode)
         # the same at half the rows: the difference removes fixed costs (start-up, collection,
         # reports), leaving the marginal per-case cost of each side
         half_db = scratch / "half"
         half_db.mkdir()
         write_database(half_db, args.cases // 2)
-        bare_half = run_child(CHILD_BARE, half_db, args.backend, args.repeats, scratch)
-        harness_half = run_child(pytest_child, half_db, args.backend, args.repeats, scratch)
+        bare_half = run_child(CHILD_BARE, half_db, args.backend, args.repeats, scratch, args.cache_mode)
+        harness_half = run_child(pytest_child, half_db, args.backend, args.repeats, scratch, args.cache_mode)
     ratio = harness["wall"] / bare["wall"]
-    print(f"backend={args.backend} cases={args.cases} repeats={args.repeats}")
+    print(f"backend={args.backend} cases={args.cases} repeats={args.repeats} cache mode={args.cache_mode}")
     print(f"{'':10}{'wall s':>10}{'cases/s':>10}{'peak RSS MiB':>14}")
     print(f"{'bare loop':10}{bare['wall']:>10.2f}{args.cases / bare['wall']:>10.0f}{bare['rss'] / 2**20:>14.0f}")
     print(f"{'pytest':10}{harness['wall']:>10.2f}{args.cases / harness['wall']:>10.0f}{harness['rss'] / 2**20:>14.0f}")

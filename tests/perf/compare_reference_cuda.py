@@ -12,7 +12,7 @@ For about a dozen kernels from ~2 us to ~5 ms:
 
 Prints one table: harness, CUPTI, ratio, ncu, ratio.  Target: within 2 %.
 
-    python tests/perf/compare_reference_cuda.py [--repeats 50] [--no-ncu]
+    python tests/perf/compare_reference_cuda.py [--repeats 50] [--no-ncu] [--with-markers]
 """
 
 from __future__ import annotations
@@ -85,10 +85,14 @@ from torch.autograd import DeviceType
 iters = int(sys.argv[1])
 for _ in range(5): fn()
 torch.cuda.synchronize()
+marker = torch.cuda._sleep if sys.argv[2] == "markers" else None
 with profile(activities=[ProfilerActivity.CUDA]) as prof:
-    for _ in range(iters): fn()
+    for _ in range(iters):
+        if marker is not None: marker(1)
+        fn()
     torch.cuda.synchronize()
-total = sum(e.duration_ns() for e in prof.profiler.kineto_results.events() if e.device_type() == DeviceType.CUDA)
+total = sum(e.duration_ns() for e in prof.profiler.kineto_results.events()
+            if e.device_type() == DeviceType.CUDA and "spin_kernel" not in e.name())
 print("RESULT", total / 1000.0 / iters)
 """
 
@@ -127,10 +131,11 @@ def harness_durations(repeats: int, scratch: Path) -> dict[str, float]:
     return result
 
 
-def cupti_reference(kernel: Kernel, iters: int, scratch: Path) -> float:
+def cupti_reference(kernel: Kernel, iters: int, scratch: Path, between: str = "none") -> float:
+    """``between="markers"``: a marker kernel before every call, as the harness launches them."""
     script = scratch / f"cupti_{kernel.name}.py"
     script.write_text(BARE_CUPTI.format(setup=kernel.bare.replace("; ", "\n")))
-    out = subprocess.run([sys.executable, str(script), str(iters)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, str(script), str(iters), between], capture_output=True, text=True, check=True).stdout
     return float(next(line for line in out.splitlines() if line.startswith("RESULT")).split()[1])
 
 
@@ -158,12 +163,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--no-ncu", action="store_true")
+    parser.add_argument("--with-markers", action="store_true",
+                        help="also the bare loop with the harness's marker kernel before every call")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         harness = harness_durations(args.repeats, scratch)
-        print(f"{'kernel':24}{'harness us':>12}{'CUPTI us':>12}{'ratio':>8}{'ncu us':>12}{'ratio':>8}")
+        marker_head = f"{'CUPTI+mk us':>12}{'ratio':>8}" if args.with_markers else ""
+        print(f"{'kernel':24}{'harness us':>12}{'CUPTI us':>12}{'ratio':>8}{'ncu us':>12}{'ratio':>8}{marker_head}")
         for kernel in KERNELS:
             measured = harness[kernel.name]
             cupti = cupti_reference(kernel, args.repeats, scratch)
@@ -177,7 +185,12 @@ def main() -> int:
                         ncu_text = "no kernel"
                 except (subprocess.CalledProcessError, FileNotFoundError, StopIteration) as exc:
                     ncu_text = f"error:{type(exc).__name__}"
-            print(f"{kernel.name:24}{measured:>12.2f}{cupti:>12.2f}{measured / cupti:>8.3f}{ncu_text:>12}{ratio_ncu:>8}")
+            marker_text = ""
+            if args.with_markers:
+                marked = cupti_reference(kernel, args.repeats, scratch, between="markers")
+                marker_text = f"{marked:>12.2f}{measured / marked:>8.3f}"
+            print(f"{kernel.name:24}{measured:>12.2f}{cupti:>12.2f}{measured / cupti:>8.3f}{ncu_text:>12}{ratio_ncu:>8}"
+                  f"{marker_text}")
     return 0
 
 
