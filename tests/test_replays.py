@@ -35,7 +35,7 @@ from tests.conftest import ASCEND
 
 REPLAYED = (
     "MatMulV2", "MatMulV3", "MatMulCommon", "BatchMatMulV2", "Add", "Mul", "Muls", "Cast", "RmsNorm",
-    "SwiGlu", "SoftmaxV2", "Transpose", "Slice", "GatherV2", "TensorMove", "ConcatD",
+    "SwiGlu", "SoftmaxV2", "Transpose", "Slice", "GatherV2", "TensorMove", "ConcatD", "Sub", "RealDiv",
 )  # fmt: skip
 IDENTITY = (
     "Input Shapes", "Input Data Types", "Input Formats",
@@ -67,6 +67,12 @@ Add,"""64,128;64,128""",FLOAT;FLOAT,ND;ND,"""64,128""",DT_BF16,ND
 Slice,"""6,40;2;2""",INT64;INT64;INT64,ND;ND;ND,"""2,40""",INT64,ND
 ConcatD,"""3,5""",FLOAT16,ND,"""3,5""",FLOAT16,ND
 Cast,"""""",INT64,ND,"""""",INT32,ND
+Sub,"""512,4096;512,4096""",DT_BF16;DT_BF16,ND;ND,"""512,4096""",DT_BF16,ND
+Sub,"""16,1,64;16,1,64""",FLOAT;DT_BF16,ND;ND,"""16,1,64""",FLOAT,ND
+Sub,"""64,128;""",FLOAT;FLOAT,ND;ND,"""64,128""",FLOAT,ND
+RealDiv,"""32,128;32,1""",FLOAT;FLOAT,ND;ND,"""32,128""",FLOAT,ND
+RealDiv,"""32,128;32,128""",INT64;INT64,ND;ND,"""32,128""",FLOAT,ND
+RealDiv,"""8,64;""",DT_BF16;FLOAT,ND;ND,"""8,64""",DT_BF16,ND
 '''
 
 # Numerical verification on the CPU for rows up to this many bytes (inputs + outputs); larger

@@ -157,6 +157,32 @@ class MulReplay(_BinaryReplay):
 
 
 @register
+class SubReplay(_BinaryReplay):
+    kernel_types = ("Sub",)
+
+    def run(self, x: "torch.Tensor", y: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
+        if out is None:
+            return x.sub(y)
+        import torch
+
+        return torch.sub(x, y, out=out)
+
+
+@register
+class RealDivReplay(_BinaryReplay):
+    """True division (integer inputs give a floating result, written into the row's dtype)."""
+
+    kernel_types = ("RealDiv",)
+
+    def run(self, x: "torch.Tensor", y: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
+        import torch
+
+        if out is None:
+            return torch.div(x, y)
+        return torch.div(x, y, out=out)
+
+
+@register
 class MulsReplay(_ElementwiseReplay):
     """``Muls``: a tensor times a host scalar (the scalar is an attribute the row does not record).
 
