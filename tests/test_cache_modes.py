@@ -10,11 +10,14 @@ import torch
 
 from perf_plugin.backends.cpu import CpuBackend, last_level_cache_bytes
 from perf_plugin.replay.cache_modes import (
+    COPY_ALIGNMENT,
     MAX_ROTATION_COPIES,
     clone_inputs,
     effective_cache_mode,
+    replicate_inputs,
     rotating,
     rotation_copies,
+    rotation_plan,
     tensor_bytes,
 )
 from perf_plugin.replay.runner import ReplayRunner
@@ -80,31 +83,67 @@ def test_rotating_cycles_through_the_input_sets_in_order() -> None:
     assert seen == [1, 2, 3, 1, 2, 3, 1]
 
 
-def _runner(mode: str, cache: int, max_copies: int = MAX_ROTATION_COPIES) -> ReplayRunner:
+def _runner(mode: str, cache: int, max_copies: int = MAX_ROTATION_COPIES, repeats: int = 3) -> ReplayRunner:
     return ReplayRunner(
-        SmallCacheCpu(cache), collector=None, repeat_count=3, warmup_count=0, cache_mode=mode,  # type: ignore[arg-type]
+        SmallCacheCpu(cache), collector=None, repeat_count=repeats, warmup_count=0, cache_mode=mode,  # type: ignore[arg-type]
         rotate_max_copies=max_copies,
     )
 
 
-def test_rotate_mode_times_distinct_copies_of_the_inputs() -> None:
-    inputs = (torch.ones(16, 16), torch.ones(16, 16))  # 2 KiB; cache 4 KiB -> 4 input sets
+def _pointers_seen(runner: ReplayRunner, inputs: tuple, calls: int) -> list[int]:
     pointers: list[int] = []
-    run_once = _runner("rotate", 4096)._timed_call(lambda a, b: pointers.append(a.data_ptr()), inputs)
-    for _ in range(8):
+    run_once = runner._timed_call(lambda a, *rest: pointers.append(a.data_ptr()), inputs)
+    for _ in range(calls):
         run_once()
+    return pointers
+
+
+@pytest.mark.parametrize(
+    ("input_bytes", "cache", "calls", "cap", "expected"),
+    [
+        (2048, 4096, 35, 1024, (4, False)),  # a cycle of 4 sets, each reused after 3 others
+        (2048, 4096, 3, 1024, (3, True)),  # each set used once: build 3, flush for the rest
+        (1024, 4096, 35, 3, (1, False)),  # the capped cycle (3 KiB) fits in the cache: warm
+        (9000, 4096, 35, 1024, (1, False)),  # one set is larger than twice the cache
+    ],
+)
+def test_rotation_plan(input_bytes: int, cache: int, calls: int, cap: int, expected: tuple[int, bool]) -> None:
+    assert rotation_plan(input_bytes, cache, calls, cap) == expected
+
+
+def test_rotate_mode_cycles_through_distinct_copies() -> None:
+    inputs = (torch.ones(16, 16), torch.ones(16, 16))  # 2 KiB; cache 4 KiB -> a cycle of 4 sets
+    pointers = _pointers_seen(_runner("rotate", 4096, repeats=8), inputs, 8)
     assert len(set(pointers)) == 4
     assert pointers[:4] == pointers[4:]
     assert pointers[0] == inputs[0].data_ptr()  # the verified inputs are the first set
+    assert all((p - pointers[1]) % COPY_ALIGNMENT == 0 for p in pointers[1:4])  # copies share one buffer
 
 
-def test_rotate_mode_respects_the_copy_cap() -> None:
-    inputs = (torch.ones(16, 16),)  # 1 KiB; cache 4 KiB would need 8 sets, capped at 3
-    pointers: list[int] = []
-    run_once = _runner("rotate", 4096, max_copies=3)._timed_call(lambda a: pointers.append(a.data_ptr()), inputs)
-    for _ in range(6):
-        run_once()
+def test_rotate_mode_builds_a_set_per_call_and_flushes_once_when_the_cycle_is_longer() -> None:
+    runner = _runner("rotate", 4096, repeats=3)
+    pointers = _pointers_seen(runner, (torch.ones(16, 16), torch.ones(16, 16)), 3)
     assert len(set(pointers)) == 3
+    assert runner._flush_buffer is not None and bool((runner._flush_buffer == 1).all())
+
+
+def test_rotate_mode_keeps_inputs_whose_capped_cycle_fits_in_the_cache() -> None:
+    inputs = (torch.ones(16, 16),)  # 1 KiB; three copies (3 KiB) stay cached in 4 KiB
+    assert set(_pointers_seen(_runner("rotate", 4096, max_copies=3, repeats=6), inputs, 6)) == {inputs[0].data_ptr()}
+
+
+def test_replicated_inputs_equal_the_originals_in_value_and_layout() -> None:
+    x, y = torch.randn(3, 127), torch.randn(127, 3).t()
+    parts = [torch.ones(2), torch.zeros(5)]
+    sets = replicate_inputs((x, y, parts, 2.0), 4)
+    assert sets[0] == (x, y, parts, 2.0)
+    for a, b, listed, scalar in sets[1:]:
+        assert torch.equal(a, x) and a.is_contiguous() and a.data_ptr() != x.data_ptr()
+        assert torch.equal(b, y) and b.stride() == y.stride() and b.data_ptr() != y.data_ptr()
+        assert [torch.equal(c, o) and c.data_ptr() != o.data_ptr() for c, o in zip(listed, parts)] == [True, True]
+        assert scalar == 2.0
+    sets[1][0].add_(1)  # storage of their own
+    assert torch.equal(sets[2][0], x)
 
 
 @pytest.mark.parametrize("mode", ["warm", "cold"])

@@ -5,8 +5,13 @@
   cache is overwritten, so each repeat reads its inputs from device memory.
 * ``rotate``: the repeats cycle through enough copies of the inputs that together exceed twice
   the last-level cache, so a repeat's inputs were evicted since their previous use; outputs
-  still come from the allocator's cache.  Copies are capped (``MAX_ROTATION_COPIES``), so inputs
-  of a few KiB stay partly cached: for those, ``cold`` is the mode that misses.
+  still come from the allocator's cache.  Copies are capped (``MAX_ROTATION_COPIES``): inputs
+  so small that the capped cycle fits in the cache stay cached, as activations just written by
+  the previous kernel do in a model (for those, ``cold`` is the mode that misses).
+
+Only as many copies are built as there are calls (warm-up + repeats): when the cycle is longer,
+each copy is used once, and one flush after building them stands in for the traffic of the
+copies never built (``rotation_plan``).  So a cycle of 1024 copies costs 35 copies and a flush.
 
 Which mode is closest to the durations the same kernels had inside a real model run is a
 measurement (``tests/perf/cache_modes_vs_model.py``); ``auto``, the default, follows it per
@@ -31,6 +36,7 @@ AUTO_CACHE_MODE = {"cuda": "rotate"}
 # Ascend 910B 192 MB): the size of the cold-mode flush when the device does not report its own.
 FALLBACK_CACHE_BYTES = 256 * 1024 * 1024
 MAX_ROTATION_COPIES = 1024
+COPY_ALIGNMENT = 512  # bytes: the CUDA caching allocator's block alignment
 
 
 def effective_cache_mode(setting: str, backend_name: str) -> str:
@@ -74,6 +80,48 @@ def rotation_copies(input_bytes: int, cache_bytes: int, max_copies: int = MAX_RO
     if input_bytes <= 0:
         return 1
     return max(1, min(max_copies, math.ceil(2 * cache_bytes / input_bytes)))
+
+
+def rotation_plan(input_bytes: int, cache_bytes: int, calls: int, max_copies: int = MAX_ROTATION_COPIES) -> tuple[int, bool]:
+    """(input sets to build, whether to flush the cache once after building them).
+
+    One set when rotating cannot evict the inputs (the capped cycle fits in twice the cache:
+    every call finds them cached, as in warm mode) or need not (one set is larger than that).
+    """
+    copies = rotation_copies(input_bytes, cache_bytes, max_copies)
+    if copies == 1 or copies * input_bytes < 2 * cache_bytes:
+        return 1, False
+    if calls < copies:
+        return max(calls, 1), True
+    return copies, False
+
+
+def replicate_inputs(value: tuple[Any, ...], count: int) -> list[tuple[Any, ...]]:
+    """``count`` input sets: ``value`` itself, then copies with storage of their own.
+
+    A contiguous tensor is copied ``count - 1`` times by one kernel into one buffer and handed
+    out as views, each starting on a ``COPY_ALIGNMENT`` boundary as the allocator's blocks do
+    (a misaligned start could cost a kernel its vectorised loads); other layouts are copied one
+    by one (``clone_inputs``).
+    """
+    if count <= 1:
+        return [value]
+    columns = [_copies_of(item, count - 1) for item in value]
+    return [value] + [tuple(column[k] for column in columns) for k in range(count - 1)]
+
+
+def _copies_of(value: Any, count: int) -> list[Any]:
+    if not (hasattr(value, "untyped_storage") and value.dim() > 0 and value.is_contiguous()):
+        return [clone_inputs(value) for _ in range(count)]
+    import torch
+
+    numel = value.numel()
+    per_row = COPY_ALIGNMENT // value.element_size()
+    stride = -(-numel // per_row) * per_row
+    buffer = torch.empty((count, stride), dtype=value.dtype, device=value.device)
+    rows = buffer[:, :numel]
+    rows.copy_(value.reshape(1, numel).expand(count, numel))
+    return [row.view(value.shape) for row in rows.unbind(0)]
 
 
 def rotating(function: Callable[..., Any], input_sets: list[tuple[Any, ...]]) -> Callable[[], Any]:

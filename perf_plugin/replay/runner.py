@@ -17,9 +17,9 @@ from perf_plugin.replay.cache_modes import (
     FALLBACK_CACHE_BYTES,
     MAX_ROTATION_COPIES,
     cache_flush,
-    clone_inputs,
+    replicate_inputs,
     rotating,
-    rotation_copies,
+    rotation_plan,
     tensor_bytes,
 )
 from perf_plugin.replay.registry import get_replay
@@ -54,6 +54,7 @@ class ReplayRunner:
     cache_mode: str = "warm"  # an effective mode (cache_modes.effective_cache_mode), never "auto"
     rotate_max_copies: int = MAX_ROTATION_COPIES
     _flush_buffer: Any = None
+    _cache_bytes: int | None = None
 
     def _check_memory(self, case: "Case") -> None:
         assert case.row is not None
@@ -69,25 +70,36 @@ class ReplayRunner:
             )
             raise CaseSkip(error.describe())
 
-    def _before_repeat(self) -> Any:
-        """Cold mode: the flush run outside the timed range before every repeat."""
-        if self.cache_mode != "cold":
-            return None
+    def _last_level_cache(self) -> int:
+        if self._cache_bytes is None:
+            self._cache_bytes = self.backend.cache_bytes() or FALLBACK_CACHE_BYTES
+        return self._cache_bytes
+
+    def _flush(self) -> Any:
+        """A call overwriting twice the cache (a write of exactly its size may leave lines behind)."""
         if self._flush_buffer is None:
             import torch
 
-            # twice the cache: a write of exactly its size may leave lines of the inputs behind
-            size = 2 * (self.backend.cache_bytes() or FALLBACK_CACHE_BYTES // 2)
+            size = 2 * self._last_level_cache()
             self._flush_buffer = torch.empty(size, dtype=torch.uint8, device=self.backend.torch_device())
         return cache_flush(self._flush_buffer)
 
+    def _before_repeat(self) -> Any:
+        """Cold mode: the flush run outside the timed range before every repeat."""
+        return self._flush() if self.cache_mode == "cold" else None
+
     def _timed_call(self, function: Any, args: tuple[Any, ...]) -> Any:
-        """The call the repeats time: on the same inputs, or (rotate mode) on rotating copies."""
+        """The call the warm-up and repeats run: on the same inputs, or (rotate) on rotating copies."""
         if self.cache_mode != "rotate":
             return _bind(function, args)
-        cache = self.backend.cache_bytes() or FALLBACK_CACHE_BYTES
-        copies = rotation_copies(tensor_bytes(args), cache, self.rotate_max_copies)
-        return rotating(function, [args] + [clone_inputs(args) for _ in range(copies - 1)])
+        calls = self.warmup_count + self.repeat_count
+        count, flush_once = rotation_plan(tensor_bytes(args), self._last_level_cache(), calls, self.rotate_max_copies)
+        if count == 1:
+            return _bind(function, args)
+        input_sets = replicate_inputs(args, count)
+        if flush_once:
+            self._flush()()
+        return rotating(function, input_sets)
 
     def run(self, case: "Case") -> None:
         assert case.row is not None
