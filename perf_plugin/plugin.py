@@ -6,6 +6,7 @@ are pytest-xdist's worker processes; without xdist the controller also runs the 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ def _is_worker(config: pytest.Config) -> bool:
 
 
 CONFIG_ERROR = pytest.StashKey[str]()
+HEAP_FROZEN = pytest.StashKey[bool]()
 
 
 # ----------------------------------------------------------------------------- options
@@ -61,6 +63,9 @@ def _pin_worker_device(identity: DeviceIdentity, workerinput: dict) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     """Both: markers; resolve settings, device and database directory into the run state."""
     config.addinivalue_line("markers", "kernel_type(name): the database kernel type a replay case comes from")
+    # Registered now so that it runs after pytest's own end-of-run garbage collections
+    # (cleanups run last in, first out), which then skip the frozen heap.
+    config.add_cleanup(lambda: _thaw_heap(config))
     settings = options.resolve_settings(config)
     try:
         if _is_worker(config):
@@ -134,6 +139,34 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines + [f"perf: {note}" for note in state.notes]
 
 
+# ----------------------------------------------------------------------------- garbage collection
+def _freeze_heap(config: pytest.Config) -> None:
+    """Exempt every object alive now from the cyclic garbage collector (``gc.freeze``).
+
+    A replay run's heap is mostly torch, pytest and plugins: a few hundred thousand long-lived
+    objects that each full collection walks again (~0.1 s each), and pytest allocates enough
+    per test (items, reports) to trigger one every few hundred cases.  Frozen objects are still
+    freed by reference counting; cyclic garbage among them waits until the heap is thawed at
+    the end of the run.  Called at collection, at the start of the loop and after the first
+    replay (which imports the rest of torch on the first profiler start).
+    """
+    gc.freeze()
+    config.stash[HEAP_FROZEN] = True
+
+
+def _thaw_heap(config: pytest.Config) -> None:
+    if config.stash.get(HEAP_FROZEN, False):
+        gc.unfreeze()
+        config.stash[HEAP_FROZEN] = False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    state = session.config.stash.get(RUN_STATE, None)
+    if state is not None and state.case_set is not None and not session.config.option.collectonly:
+        _freeze_heap(session.config)
+
+
 # ----------------------------------------------------------------------------- collection
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Both: every database row becomes one parametrized case of a test using ``kernel_case``."""
@@ -146,6 +179,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     from perf_plugin.cases import as_params, load_case_set
     from perf_plugin.replay.op_mapping import replay_lookup_for
 
+    _freeze_heap(metafunc.config)
     if state.case_set is None:
         # Seeding happens here, not at configure time, so that runs which collect no replay test
         # (the project's own tests, collective-only runs) never create database directories.
@@ -223,6 +257,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             },
         )
     )
+    if state.collector is not None and not state.heap_refrozen:
+        state.heap_refrozen = True
+        _freeze_heap(item.config)
     finished = list(state.outbox)
     state.outbox.clear()
     if state.collector is not None:

@@ -57,6 +57,7 @@ class RunState:
     collector: "Collector | None" = None
     outbox: list[CaseResult] = field(default_factory=list)
     unsent_notes: list[str] = field(default_factory=list)  # worker notes not yet sent to the controller
+    heap_refrozen: bool = False  # the heap was frozen again after the first replay (plugin._freeze_heap)
 
 
 RUN_STATE = pytest.StashKey[RunState]()

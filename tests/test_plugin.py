@@ -247,3 +247,20 @@ def test_concurrent_session_holding_the_lock_fails_write_back_cleanly(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*write-back failed, database left as it was*another session*"])
     assert (project / "MatMulV2.csv").read_bytes() == before
+
+
+def test_heap_is_frozen_during_the_replays_and_thawed_after(pytester: pytest.Pytester, project: Path) -> None:
+    import gc
+
+    pytester.makeconftest(
+        "import gc\n"
+        "def pytest_runtest_call(item):\n"
+        "    item.config._frozen_seen = getattr(item.config, '_frozen_seen', []) + [gc.get_freeze_count()]\n"
+        "def pytest_unconfigure(config):\n"
+        "    open('frozen.txt', 'w').write(','.join(map(str, getattr(config, '_frozen_seen', []))))\n"
+    )
+    before = gc.get_freeze_count()
+    run(pytester, project).assert_outcomes(passed=3)
+    seen = [int(n) for n in (pytester.path / "frozen.txt").read_text().split(",")]
+    assert len(seen) == 3 and all(n > before for n in seen)  # long-lived objects exempt from collection
+    assert gc.get_freeze_count() == before == 0  # thawed when the run ends

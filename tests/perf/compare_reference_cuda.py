@@ -107,7 +107,7 @@ torch.cuda.cudart().cudaProfilerStop()
 """
 
 
-def harness_durations(repeats: int, scratch: Path) -> dict[str, float]:
+def harness_durations(repeats: int, scratch: Path, cache_mode: str = "warm") -> dict[str, float]:
     db = scratch / "db"
     db.mkdir()
     by_type: dict[str, list[Kernel]] = {}
@@ -118,7 +118,7 @@ def harness_durations(repeats: int, scratch: Path) -> dict[str, float]:
         (db / f"{kernel_type}.csv").write_text("\n".join([HEADER, *rows]) + "\n")
     subprocess.run(
         [sys.executable, "-m", "pytest", str(ROOT / "bench" / "test_kernels.py"), "--database-path", str(db),
-         "--backend", "cuda", "--repeat-count", str(repeats), "-q", "-p", "no:cacheprovider"],
+         "--backend", "cuda", "--repeat-count", str(repeats), "--cache-mode", cache_mode, "-q", "-p", "no:cacheprovider"],
         check=False, cwd=ROOT,
     )
     result: dict[str, float] = {}
@@ -163,13 +163,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--no-ncu", action="store_true")
+    parser.add_argument("--cache-mode", default="warm",
+                        help="the harness's cache mode; warm (default) matches the references' back-to-back loops")
     parser.add_argument("--with-markers", action="store_true",
                         help="also the bare loop with the harness's marker kernel before every call")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
-        harness = harness_durations(args.repeats, scratch)
+        harness = harness_durations(args.repeats, scratch, args.cache_mode)
         marker_head = f"{'CUPTI+mk us':>12}{'ratio':>8}" if args.with_markers else ""
         print(f"{'kernel':24}{'harness us':>12}{'CUPTI us':>12}{'ratio':>8}{'ncu us':>12}{'ratio':>8}{marker_head}")
         for kernel in KERNELS:
