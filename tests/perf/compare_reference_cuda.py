@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import os
 import subprocess
 import sys
@@ -79,21 +80,32 @@ def rnd(shape, dtype):
 """
 
 BARE_CUPTI = BARE_PRELUDE + """
+import json
 from torch.profiler import profile, ProfilerActivity
 from torch.autograd import DeviceType
-{setup}
-iters = int(sys.argv[1])
-for _ in range(5): fn()
-torch.cuda.synchronize()
-marker = torch.cuda._sleep if sys.argv[2] == "markers" else None
-with profile(activities=[ProfilerActivity.CUDA]) as prof:
-    for _ in range(iters):
-        if marker is not None: marker(1)
-        fn()
+iters, with_markers = int(sys.argv[1]), sys.argv[2] == "markers"
+setups = json.load(open(sys.argv[3]))
+
+def timed(fn, marker):
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            if marker is not None: marker(1)
+            fn()
+        torch.cuda.synchronize()
+    return sum(e.duration_ns() for e in prof.profiler.kineto_results.events()
+               if e.device_type() == DeviceType.CUDA and "spin_kernel" not in e.name()) / 1000.0 / iters
+
+for name, setup in setups.items():
+    namespace = {"torch": torch, "rnd": rnd, "f32": f32, "bf16": bf16}
+    exec(setup, namespace)
+    fn = namespace["fn"]
+    for _ in range(5): fn()
     torch.cuda.synchronize()
-total = sum(e.duration_ns() for e in prof.profiler.kineto_results.events()
-            if e.device_type() == DeviceType.CUDA and "spin_kernel" not in e.name())
-print("RESULT", total / 1000.0 / iters)
+    plain = timed(fn, None)
+    marked = timed(fn, torch.cuda._sleep) if with_markers else float("nan")
+    print("RESULT", name, plain, marked, flush=True)
+    del namespace, fn
+    torch.cuda.empty_cache()
 """
 
 BARE_NCU = BARE_PRELUDE + """
@@ -131,12 +143,24 @@ def harness_durations(repeats: int, scratch: Path, cache_mode: str = "warm") -> 
     return result
 
 
-def cupti_reference(kernel: Kernel, iters: int, scratch: Path, between: str = "none") -> float:
-    """``between="markers"``: a marker kernel before every call, as the harness launches them."""
-    script = scratch / f"cupti_{kernel.name}.py"
-    script.write_text(BARE_CUPTI.format(setup=kernel.bare.replace("; ", "\n")))
-    out = subprocess.run([sys.executable, str(script), str(iters), between], capture_output=True, text=True, check=True).stdout
-    return float(next(line for line in out.splitlines() if line.startswith("RESULT")).split()[1])
+def cupti_references(iters: int, scratch: Path, with_markers: bool) -> dict[str, tuple[float, float]]:
+    """Every kernel in one bare process, one profiler session each: (plain, with markers) in us.
+
+    The marker variant launches the harness's marker kernel before every call, as the harness
+    does, to show whether the markers themselves change the kernels' durations.
+    """
+    setups = scratch / "setups.json"
+    setups.write_text(json.dumps({k.name: k.bare.replace("; ", "\n") for k in KERNELS}))
+    script = scratch / "cupti_all.py"
+    script.write_text(BARE_CUPTI)
+    out = subprocess.run([sys.executable, str(script), str(iters), "markers" if with_markers else "none", str(setups)],
+                         capture_output=True, text=True, check=True).stdout
+    result: dict[str, tuple[float, float]] = {}
+    for line in out.splitlines():
+        if line.startswith("RESULT"):
+            _, name, plain, marked = line.split()
+            result[name] = (float(plain), float(marked))
+    return result
 
 
 def ncu_reference(kernel: Kernel, scratch: Path, iters: int = 5) -> float:
@@ -174,9 +198,10 @@ def main() -> int:
         harness = harness_durations(args.repeats, scratch, args.cache_mode)
         marker_head = f"{'CUPTI+mk us':>12}{'ratio':>8}" if args.with_markers else ""
         print(f"{'kernel':24}{'harness us':>12}{'CUPTI us':>12}{'ratio':>8}{'ncu us':>12}{'ratio':>8}{marker_head}")
+        references = cupti_references(args.repeats, scratch, args.with_markers)
         for kernel in KERNELS:
             measured = harness[kernel.name]
-            cupti = cupti_reference(kernel, args.repeats, scratch)
+            cupti, marked = references[kernel.name]
             ncu_text = ratio_ncu = "-"
             if not args.no_ncu and cupti >= 20.0:
                 try:
@@ -189,7 +214,6 @@ def main() -> int:
                     ncu_text = f"error:{type(exc).__name__}"
             marker_text = ""
             if args.with_markers:
-                marked = cupti_reference(kernel, args.repeats, scratch, between="markers")
                 marker_text = f"{marked:>12.2f}{measured / marked:>8.3f}"
             print(f"{kernel.name:24}{measured:>12.2f}{cupti:>12.2f}{measured / cupti:>8.3f}{ncu_text:>12}{ratio_ncu:>8}"
                   f"{marker_text}")
