@@ -12,7 +12,7 @@ For about a dozen kernels from ~2 us to ~5 ms:
 
 Prints one table: harness, CUPTI, ratio, ncu, ratio.  Target: within 2 %.
 
-    python tests/perf/compare_reference_cuda.py [--repeats 50] [--no-ncu] [--with-markers]
+    python tests/perf/compare_reference_cuda.py [--repeats 50] [--rounds 3] [--no-ncu] [--with-markers]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import csv
 import io
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -119,8 +120,8 @@ torch.cuda.cudart().cudaProfilerStop()
 """
 
 
-def harness_durations(repeats: int, scratch: Path, cache_mode: str = "warm") -> dict[str, float]:
-    db = scratch / "db"
+def harness_durations(repeats: int, scratch: Path, cache_mode: str = "warm", round_number: int = 0) -> dict[str, float]:
+    db = scratch / f"db{round_number}"
     db.mkdir()
     by_type: dict[str, list[Kernel]] = {}
     for kernel in KERNELS:
@@ -131,7 +132,7 @@ def harness_durations(repeats: int, scratch: Path, cache_mode: str = "warm") -> 
     subprocess.run(
         [sys.executable, "-m", "pytest", str(ROOT / "bench" / "test_kernels.py"), "--database-path", str(db),
          "--backend", "cuda", "--repeat-count", str(repeats), "--cache-mode", cache_mode, "-q", "-p", "no:cacheprovider"],
-        check=False, cwd=ROOT,
+        check=False, cwd=ROOT, stdout=subprocess.DEVNULL,
     )
     result: dict[str, float] = {}
     for kernel_type, kernels in by_type.items():
@@ -183,9 +184,15 @@ def ncu_reference(kernel: Kernel, scratch: Path, iters: int = 5) -> float:
     return total_ns / 1000.0 / iters
 
 
+def median_and_spread(values: list[float]) -> tuple[float, float]:
+    middle = statistics.median(values)
+    return middle, (max(values) - min(values)) / middle if middle else float("nan")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating harness/reference rounds (default 3)")
     parser.add_argument("--no-ncu", action="store_true")
     parser.add_argument("--cache-mode", default="warm",
                         help="the harness's cache mode; warm (default) matches the references' back-to-back loops")
@@ -193,15 +200,26 @@ def main() -> int:
                         help="also the bare loop with the harness's marker kernel before every call")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    harness_runs: list[dict[str, float]] = []
+    reference_runs: list[dict[str, tuple[float, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
-        harness = harness_durations(args.repeats, scratch, args.cache_mode)
+        # Harness and reference alternate, each in a fresh process per round: a large GEMM's
+        # duration follows the GPU's clock, which follows its power and thermal history, so one
+        # run of each differs by several per cent from the next on its own.  Medians are
+        # compared and each side's spread (max - min over rounds, relative to the median) is
+        # printed next to them: a ratio inside the spreads is noise.
+        for round_number in range(args.rounds):
+            harness_runs.append(harness_durations(args.repeats, scratch, args.cache_mode, round_number))
+            reference_runs.append(cupti_references(args.repeats, scratch, args.with_markers))
+        print(f"{args.rounds} round(s), {args.repeats} repeats, harness cache mode {args.cache_mode}; "
+              f"medians, spread = (max - min) / median")
         marker_head = f"{'CUPTI+mk us':>12}{'ratio':>8}" if args.with_markers else ""
-        print(f"{'kernel':24}{'harness us':>12}{'CUPTI us':>12}{'ratio':>8}{'ncu us':>12}{'ratio':>8}{marker_head}")
-        references = cupti_references(args.repeats, scratch, args.with_markers)
+        print(f"{'kernel':24}{'harness us':>12}{'spread':>8}{'CUPTI us':>12}{'spread':>8}{'ratio':>8}{'ncu us':>12}"
+              f"{'ratio':>8}{marker_head}")
         for kernel in KERNELS:
-            measured = harness[kernel.name]
-            cupti, marked = references[kernel.name]
+            measured, measured_spread = median_and_spread([run[kernel.name] for run in harness_runs])
+            cupti, cupti_spread = median_and_spread([run[kernel.name][0] for run in reference_runs])
             ncu_text = ratio_ncu = "-"
             if not args.no_ncu and cupti >= 20.0:
                 try:
@@ -214,9 +232,10 @@ def main() -> int:
                     ncu_text = f"error:{type(exc).__name__}"
             marker_text = ""
             if args.with_markers:
+                marked, _ = median_and_spread([run[kernel.name][1] for run in reference_runs])
                 marker_text = f"{marked:>12.2f}{measured / marked:>8.3f}"
-            print(f"{kernel.name:24}{measured:>12.2f}{cupti:>12.2f}{measured / cupti:>8.3f}{ncu_text:>12}{ratio_ncu:>8}"
-                  f"{marker_text}")
+            print(f"{kernel.name:24}{measured:>12.2f}{measured_spread:>7.1%} {cupti:>12.2f}{cupti_spread:>7.1%} "
+                  f"{measured / cupti:>8.3f}{ncu_text:>12}{ratio_ncu:>8}{marker_text}", flush=True)
     return 0
 
 
