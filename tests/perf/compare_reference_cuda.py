@@ -144,6 +144,16 @@ def harness_durations(repeats: int, scratch: Path, cache_mode: str = "warm", rou
     return result
 
 
+def harness_order() -> list[Kernel]:
+    """The kernels in the order the harness replays them: by CSV file name, then row.
+
+    The references run in the same order so that each kernel follows the same predecessors on
+    both sides: a kernel timed right after seconds of large GEMMs runs at a lower clock (the GPU
+    is hot and power-limited) than one timed after small kernels, by several per cent.
+    """
+    return sorted(KERNELS, key=lambda kernel: f"{kernel.kernel_type}.csv")  # stable: rows keep their order
+
+
 def cupti_references(iters: int, scratch: Path, with_markers: bool) -> dict[str, tuple[float, float]]:
     """Every kernel in one bare process, one profiler session each: (plain, with markers) in us.
 
@@ -151,7 +161,7 @@ def cupti_references(iters: int, scratch: Path, with_markers: bool) -> dict[str,
     does, to show whether the markers themselves change the kernels' durations.
     """
     setups = scratch / "setups.json"
-    setups.write_text(json.dumps({k.name: k.bare.replace("; ", "\n") for k in KERNELS}))
+    setups.write_text(json.dumps({k.name: k.bare.replace("; ", "\n") for k in harness_order()}))
     script = scratch / "cupti_all.py"
     script.write_text(BARE_CUPTI)
     out = subprocess.run([sys.executable, str(script), str(iters), "markers" if with_markers else "none", str(setups)],
