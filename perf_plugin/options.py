@@ -107,6 +107,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         MAX_ROTATION_COPIES,
         _positive_int,
     ),
+    OptionSpec(
+        "repeat-markers",
+        "CUDA: a marker kernel before every timed repeat instead of one per case (for ops whose kernel "
+        "sequence varies from call to call; costs profiler time per repeat)",
+        False,
+        _bool,
+        flag=True,
+    ),
     OptionSpec("lock-timeout", "seconds to wait for another session's database lock", 60.0, float),
 )
 
@@ -152,6 +160,7 @@ class Settings:
     seed: int
     cache_mode: str
     rotate_max_copies: int
+    repeat_markers: bool
     lock_timeout: float
 
 
@@ -192,4 +201,5 @@ def resolve_settings(config: pytest.Config) -> Settings:
             values[key] = Path(values[key])
     values["prune_empty_duration_rows"] = bool(values["prune_empty_duration_rows"])
     values["no_writeback"] = bool(values["no_writeback"])
+    values["repeat_markers"] = bool(values["repeat_markers"])
     return Settings(**values)

@@ -6,7 +6,13 @@ import pytest
 
 from perf_plugin.backends.cpu import CpuBackend
 from perf_plugin.cases import STATUS_READY, Case
-from perf_plugin.profiling.attribution import RawEvent, attribute_by_markers, attribute_cpu_ops
+from perf_plugin.profiling.attribution import (
+    CaseSpan,
+    RawEvent,
+    attribute_by_markers,
+    attribute_cpu_ops,
+    split_repeats,
+)
 from perf_plugin.profiling.torch_profiler import TorchProfilerCollector
 
 
@@ -27,8 +33,8 @@ def test_markers_delimit_repeats_and_skip_untimed_work() -> None:
         device("add", 9, 700),
     ]
     # device events can arrive out of launch order; correlation ids restore it
-    timings, error = attribute_by_markers(list(reversed(events)), [(1, 0), (1, 1), None, (2, 0)])
-    assert error is None
+    timings, error, case_errors = attribute_by_markers(list(reversed(events)), [(1, 0), (1, 1), None, (2, 0)])
+    assert error is None and case_errors == {}
     assert timings[(1, 0)].total_ns == 5300
     assert timings[(1, 0)].kernels == {"gemm": (5000, 1), "Memset (Device)": (300, 1)}
     assert timings[(1, 1)].total_ns == 5200
@@ -38,8 +44,90 @@ def test_markers_delimit_repeats_and_skip_untimed_work() -> None:
 
 def test_lost_markers_are_reported() -> None:
     events = [device("spin_kernel", 1, 1000), device("gemm", 2, 5000)]
-    _, error = attribute_by_markers(events, [(1, 0), None])
+    _, error, _ = attribute_by_markers(events, [(1, 0), None])
     assert error is not None and "1 marker kernels for 2 launched" in error
+
+
+def test_case_span_is_split_into_equal_runs_of_one_kernel_sequence() -> None:
+    events = [
+        device("fill_kernel", 1, 9999),  # input set-up before the first marker: untimed
+        device("spin_kernel", 2, 1000),
+        device("gemm", 3, 5000), device("Memset (Device)", 4, 300),
+        device("gemm", 5, 5100), device("Memset (Device)", 6, 310),
+        device("gemm", 7, 5200), device("Memset (Device)", 8, 320),
+        device("spin_kernel", 9, 1000),
+        device("copy_kernel", 10, 8888),  # the next case's set-up: untimed
+        device("spin_kernel", 11, 1000),
+        device("add", 12, 700), device("add", 13, 710),
+        device("spin_kernel", 14, 1000),
+    ]
+    segments = [CaseSpan(1, 3), None, CaseSpan(2, 2), None]
+    timings, error, case_errors = attribute_by_markers(list(reversed(events)), segments)
+    assert error is None and case_errors == {}
+    assert [timings[(1, r)].total_ns for r in range(3)] == [5300, 5410, 5520]
+    assert timings[(1, 2)].kernels == {"gemm": (5200, 1), "Memset (Device)": (320, 1)}
+    assert [timings[(2, r)].total_ns for r in range(2)] == [700, 710]
+    assert set(timings) == {(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)}
+
+
+def test_case_span_whose_kernels_vary_per_call_is_refused_not_guessed() -> None:
+    events = [
+        device("spin_kernel", 1, 1000),
+        device("gemm", 2, 5000), device("reduce", 3, 300),  # call 1: two kernels
+        device("gemm", 4, 5000), device("gemm", 5, 5000),  # calls 2 and 3: one kernel each
+        device("spin_kernel", 6, 1000),
+        device("spin_kernel", 7, 1000),
+        device("add", 8, 700),
+        device("spin_kernel", 9, 1000),
+    ]
+    timings, error, case_errors = attribute_by_markers(events, [CaseSpan(1, 3), None, CaseSpan(2, 1), None])
+    assert error is None
+    assert set(case_errors) == {1} and "4 device kernels over 3 repeats" in case_errors[1]
+    assert "--repeat-markers" in case_errors[1]
+    assert not any(key[0] == 1 for key in timings)
+    assert timings[(2, 0)].total_ns == 700
+
+
+def test_split_repeats_rules() -> None:
+    a, b = device("a", 1, 10), device("b", 2, 20)
+    assert split_repeats([a, b, a, b], 2) == [[a, b], [a, b]]
+    assert split_repeats([a, a, a], 3) == [[a], [a], [a]]
+    assert split_repeats([a, b, b, a], 2) is None  # same count, different order
+    assert split_repeats([a, b, a], 2) is None  # not divisible
+    assert split_repeats([], 2) == [[], []]  # an op that launched nothing: empty repeats, not an error
+    assert split_repeats([a], 0) is None
+
+
+class _FakeCudaBackend:
+    name = "cuda"
+
+    def synchronize(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("repeat_markers", "before_repeat", "expected_segments", "expected_markers"),
+    [
+        (False, False, [CaseSpan(1, 3), None], 2),
+        (True, False, [(1, 0), (1, 1), (1, 2), None], 4),
+        (False, True, [(1, 0), None, (1, 1), None, (1, 2), None], 6),  # cold flushes: per-repeat markers
+    ],
+)
+def test_cuda_collector_marker_layout(
+    monkeypatch: pytest.MonkeyPatch, repeat_markers: bool, before_repeat: bool, expected_segments: list, expected_markers: int
+) -> None:
+    collector = TorchProfilerCollector(_FakeCudaBackend(), repeat_markers=repeat_markers)  # type: ignore[arg-type]
+    launched: list[str] = []
+    monkeypatch.setattr(collector, "_ensure_started", lambda: None)
+    monkeypatch.setattr(collector, "_marker", lambda: launched.append("marker"))
+    case = Case("case0", "Add", "Add.csv", 2, "sig", STATUS_READY)
+    flush = (lambda: launched.append("flush")) if before_repeat else None
+    collector.measure(case, lambda: launched.append("run"), repeats=3, before_repeat=flush)
+    assert collector._segments == expected_segments
+    assert launched.count("marker") == expected_markers and launched.count("run") == 3
+    if before_repeat:
+        # every flush lies outside the timed segments: right before the marker that opens a repeat
+        assert [i for i, x in enumerate(launched) if x == "flush"] == [0, 4, 8]
 
 
 def cpu(name: str, start: int, duration: int, thread: int = 1) -> RawEvent:

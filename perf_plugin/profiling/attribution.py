@@ -2,9 +2,11 @@
 
 Works on plain records, so it is unit-testable without a profiler.
 
-* Device kernels (CUDA kernels, memcpy, memset) are delimited by marker kernels launched before
-  each repeat (``attribute_by_markers``).  A repeat's duration is the sum of its kernels' device
-  durations: gaps between kernels are launch latency, not the kernels' time.
+* Device kernels (CUDA kernels, memcpy, memset) are delimited by marker kernels
+  (``attribute_by_markers``): by default one before a case's first timed repeat and one after
+  its last, the repeats in between split into equal runs of the same kernel sequence
+  (``split_repeats``); or one marker before every repeat.  A repeat's duration is the sum of its
+  kernels' device durations: gaps between kernels are launch latency, not the kernels' time.
 * On the CPU each timed repeat runs inside a range labelled ``perfcase::<case number>::<repeat>``
   and a repeat's duration is the sum of the top-level operator events inside the range (nested
   ops are part of their parent's time).
@@ -103,34 +105,97 @@ def attribute_cpu_ops(events: list[RawEvent]) -> dict[tuple[int, int], RepeatTim
 MARKER_KERNEL = "spin_kernel"  # the kernel torch.cuda._sleep launches; delimits repeats on CUDA
 
 
+class CaseSpan(NamedTuple):
+    """A marker segment holding all timed repeats of one case, launched back to back."""
+
+    number: int
+    repeats: int
+
+
+# What the device work after a marker belongs to: one repeat (case number, repeat), all repeats
+# of a case (CaseSpan), or nothing to time (None).
+Segment = tuple[int, int] | CaseSpan | None
+
+
+class MarkerAttribution(NamedTuple):
+    timings: dict[tuple[int, int], RepeatTiming]
+    error: str | None  # the whole batch is unusable (events were lost)
+    case_errors: dict[int, str]  # case number -> why its repeats could not be separated
+
+
+def split_repeats(kernels: list[RawEvent], repeats: int) -> list[list[RawEvent]] | None:
+    """``kernels`` (launch order) as ``repeats`` runs of one kernel sequence, or None.
+
+    Every call of a replay after its warm-up launches the same kernels in the same order, so the
+    device events of R back-to-back calls are R copies of one sequence: the period is
+    len(kernels) / R, and every run must repeat the first one's kernel names.  A sequence that is
+    not R copies of one period (an op whose kernel count varies from call to call) is refused
+    rather than guessed.  No kernels at all gives R empty repeats.
+    """
+    if repeats <= 0:
+        return None
+    if not kernels:
+        return [[] for _ in range(repeats)]
+    if len(kernels) % repeats:
+        return None
+    period = len(kernels) // repeats
+    names = [kernel.name for kernel in kernels]
+    first = names[:period]
+    for start in range(period, len(names), period):
+        if names[start:start + period] != first:
+            return None
+    return [kernels[start:start + period] for start in range(0, len(kernels), period)]
+
+
 def attribute_by_markers(
     device_events: list[RawEvent],
-    segments: list[tuple[int, int] | None],
+    segments: list[Segment],
     is_marker: Callable[[str], bool] = lambda name: MARKER_KERNEL in name,
-) -> tuple[dict[tuple[int, int], RepeatTiming], str | None]:
+) -> MarkerAttribution:
     """(case number, repeat) -> timing from device events delimited by marker kernels.
 
-    The collector launches a tiny marker kernel before each timed repeat (and after the last
-    repeat of a case, and around cold-cache flushes), recording in ``segments`` what the device
-    work after each marker belongs to (``None``: nothing to time).  Correlation ids grow in launch
-    order, so sorting device events by correlation id and walking the markers assigns every
-    kernel to its repeat without recording any CPU-side operator events, which is what makes
-    the in-process profiler cheap enough for small kernels.  Returns an error text when the
+    The collector launches a tiny marker kernel before the timed work of a case (before each
+    repeat, or once before all of them), after it, and around cold-cache flushes, recording in
+    ``segments`` what the device work after each marker belongs to.  Correlation ids grow in
+    launch order, so sorting device events by correlation id and walking the markers assigns
+    every kernel to its case without recording any CPU-side operator events, which is what makes
+    the in-process profiler cheap enough for small kernels.  The error text is set when the
     number of markers seen differs from the number launched (events were lost).
     """
     ordered = sorted((e for e in device_events if e.on_device and not e.is_annotation), key=lambda e: e.correlation_id)
     timings: dict[tuple[int, int], RepeatTiming] = {}
-    current: tuple[int, int] | None = None
+    spans: dict[CaseSpan, list[RawEvent]] = {}
+    current: Segment = None
+    span_events: list[RawEvent] | None = None
     seen = 0
     for event in ordered:
         if is_marker(event.name):
             current = segments[seen] if seen < len(segments) else None
             seen += 1
-            if current is not None:
+            span_events = None
+            if isinstance(current, CaseSpan):
+                span_events = spans.setdefault(current, [])
+            elif current is not None:
                 timings.setdefault(current, RepeatTiming())
             continue
-        if current is not None:
+        if span_events is not None:
+            span_events.append(event)
+        elif current is not None:
             timings[current].add(event.name, event.duration_ns)
+    case_errors: dict[int, str] = {}
+    for span, kernels in spans.items():
+        runs = split_repeats(kernels, span.repeats)
+        if runs is None:
+            case_errors[span.number] = (
+                f"{len(kernels)} device kernels over {span.repeats} repeats are not the same kernel sequence per "
+                "repeat; run with --repeat-markers to delimit every repeat"
+            )
+            continue
+        for repeat, run in enumerate(runs):
+            timing = timings.setdefault((span.number, repeat), RepeatTiming())
+            for kernel in run:
+                timing.add(kernel.name, kernel.duration_ns)
+    error = None
     if seen != len(segments):
-        return timings, f"the profiler returned {seen} marker kernels for {len(segments)} launched: events were lost"
-    return timings, None
+        error = f"the profiler returned {seen} marker kernels for {len(segments)} launched: events were lost"
+    return MarkerAttribution(timings, error, case_errors)

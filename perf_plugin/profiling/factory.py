@@ -17,4 +17,6 @@ def make_collector(backend: "Backend", settings: "Settings") -> "Collector":
         from perf_plugin.profiling.msprof import MsprofCollector
 
         return MsprofCollector(backend)
-    return TorchProfilerCollector(backend, batch_size=settings.profile_batch_size)
+    return TorchProfilerCollector(
+        backend, batch_size=settings.profile_batch_size, repeat_markers=settings.repeat_markers
+    )

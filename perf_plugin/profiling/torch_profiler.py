@@ -5,8 +5,12 @@ profiler stops, the raw Kineto events are attributed to (case, repeat) pairs
 (``perf_plugin.profiling.attribution``) and the results are handed over.
 
 * On CUDA only device activity is recorded (kernels, memcpy, memset, from CUPTI): a tiny marker
-  kernel (``torch.cuda._sleep``) launched before each repeat delimits the repeats, and
-  correlation ids (launch order) assign every kernel to its repeat.  Recording CPU operator
+  kernel (``torch.cuda._sleep``) before a case's first timed repeat and one after its last
+  delimit the case, correlation ids (launch order) put its kernels in order, and the repeats are
+  the equal runs of one kernel sequence in between.  Every profiled kernel costs the profiler
+  tens of microseconds of host time, so one marker per repeat would nearly double a small
+  case's cost; ``repeat_markers=True`` (``--repeat-markers``) launches one before every repeat
+  instead, for ops that launch a varying number of kernels per call.  Recording CPU operator
   events as well would cost several milliseconds per small case in the profiler's
   post-processing; measured on an H100 it cut the harness from ~570 to ~140 cases/s.
 * On the CPU the operators themselves are the measurement, so CPU activity is recorded and each
@@ -28,7 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from perf_plugin.profiling.attribution import (
     RANGE_PREFIX,
+    CaseSpan,
     RawEvent,
+    Segment,
     RepeatTiming,
     attribute_by_markers,
     attribute_cpu_ops,
@@ -83,15 +89,16 @@ class _Pending:
 class TorchProfilerCollector:
     kind = "in-process"
 
-    def __init__(self, backend: "Backend", batch_size: int = 32) -> None:
+    def __init__(self, backend: "Backend", batch_size: int = 32, repeat_markers: bool = False) -> None:
         self.backend = backend
         self.batch_size = batch_size
+        self.repeat_markers = repeat_markers
         self._profiler: Any = None
         self._pending: list[_Pending] = []
         self._ready: list[CaseResult] = []
         self._counter = 0
         self._range = _range_factory()
-        self._segments: list[tuple[int, int] | None] = []
+        self._segments: list[Segment] = []
         self._marker: Callable[[], Any] | None = None
         if backend.name == "cuda":
             import torch
@@ -147,7 +154,15 @@ class TorchProfilerCollector:
         self._counter += 1
         number = self._counter
         marker = self._marker
-        if marker is not None:
+        if marker is not None and before_repeat is None and not self.repeat_markers:
+            segments = self._segments
+            marker()
+            segments.append(CaseSpan(number, repeats))
+            for _ in range(repeats):
+                run_once()
+            marker()
+            segments.append(None)  # what follows (the next case's set-up) is not timed
+        elif marker is not None:
             segments = self._segments
             for repeat in range(repeats):
                 if before_repeat is not None:
@@ -189,14 +204,15 @@ class TorchProfilerCollector:
             return
         events = self._stop()
         error = None
+        case_errors: dict[int, str] = {}
         if self._marker is not None:
-            timings, error = attribute_by_markers(events, self._segments)
+            timings, error, case_errors = attribute_by_markers(events, self._segments)
             self._segments = []
         else:
             timings = attribute_cpu_ops(events)
         del events
         for pending in self._pending:
-            self._ready.append(self._result(pending, {} if error else timings, error))
+            self._ready.append(self._result(pending, {} if error else timings, error or case_errors.get(pending.number)))
         self._pending = []
 
     def _result(
@@ -222,7 +238,7 @@ class TorchProfilerCollector:
             signature_key=case.signature_key,
             backend=self.backend.name,
         )
-        if not samples:
+        if not samples or error is not None:
             return CaseResult(
                 **base,
                 outcome=OUTCOME_FAILED,

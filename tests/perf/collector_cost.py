@@ -2,7 +2,8 @@
 
 Runs N small-kernel cases (Add of k x 256 floats) through the ReplayRunner with (a) a collector
 that only runs the repeats (no profiler), and (b) the torch.profiler collector at several batch
-sizes; prints cases/s for each, and the cost of one empty profiler start/stop cycle.
+sizes, and on CUDA with a marker kernel per repeat instead of per case; prints cases/s for each,
+and the cost of one empty profiler start/stop cycle.
 
     python tests/perf/collector_cost.py --backend cuda --cases 1000
 """
@@ -66,9 +67,12 @@ def main() -> int:
     print(f"{'collector':28}{'cases/s':>10}{'ms/case':>10}")
     wall = timed(RepeatsOnly())
     print(f"{'repeats only (no profiler)':28}{len(cases) / wall:>10.0f}{1e3 * wall / len(cases):>10.2f}")
-    for batch in (32, 128, 512, 2048):
-        wall = timed(TorchProfilerCollector(backend, batch_size=batch))
-        print(f"{'torch.profiler batch ' + str(batch):28}{len(cases) / wall:>10.0f}{1e3 * wall / len(cases):>10.2f}")
+    variants = [(f"torch.profiler batch {batch}", batch, False) for batch in (32, 128, 512)]
+    if args.backend == "cuda":
+        variants.append(("batch 32, marker per repeat", 32, True))
+    for label, batch, repeat_markers in variants:
+        wall = timed(TorchProfilerCollector(backend, batch_size=batch, repeat_markers=repeat_markers))
+        print(f"{label:28}{len(cases) / wall:>10.0f}{1e3 * wall / len(cases):>10.2f}")
     collector = TorchProfilerCollector(backend, batch_size=1)
     start = time.perf_counter()
     for _ in range(10):
