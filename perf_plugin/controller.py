@@ -106,6 +106,7 @@ def build_summary(state: RunState, command: list[str]) -> RunSummary:
         repeat_count=settings.repeat_count,
         warmup_count=settings.warmup_count,
         cache_mode=effective_cache_mode(settings.cache_mode, state.backend_name),
+        repeat_markers=settings.repeat_markers,
         command=command,
         results=merged_results(state),
         quarantined=quarantined_rows(state),

@@ -159,6 +159,7 @@ class RunSummary:
     warmup_count: int
     command: list[str]
     cache_mode: str = "warm"
+    repeat_markers: bool = False  # CUDA: a marker kernel before every repeat instead of one per case
     results: list[CaseResult] = field(default_factory=list)
     files: list[FileWriteback] = field(default_factory=list)
     quarantined: list[QuarantinedRow] = field(default_factory=list)

@@ -213,6 +213,17 @@ def test_auto_mode_is_warm_on_the_cpu(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*2 repeats after 5 warm-up, warm cache*"])
     report = json.loads(next((db / "reports").glob("run_report_*.json")).read_text())
     assert report["replay_run"]["cache_mode"] == "warm"
+    assert report["replay_run"]["repeat_markers"] is False
+
+
+def test_repeat_markers_setting_reaches_the_run_report(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_kernels=BENCH_TEST)
+    db = write_csv(pytester.path / "db" / "Add.csv", HEADER, ROWS).parent
+    result = pytester.runpytest("--database-path", str(db), "--repeat-count", "2", "-p", "no:cacheprovider",
+                                "--repeat-markers")
+    result.assert_outcomes(passed=1)
+    report = json.loads(next((db / "reports").glob("run_report_*.json")).read_text())
+    assert report["replay_run"]["repeat_markers"] is True
 
 
 def test_unknown_cache_mode_is_a_usage_error(pytester: pytest.Pytester) -> None:

@@ -141,6 +141,7 @@ def build_run_report(summary: RunSummary, reports_dir: str | Path | None = None)
             "repeat_count": summary.repeat_count,
             "warmup_count": summary.warmup_count,
             "cache_mode": summary.cache_mode,
+            "repeat_markers": summary.repeat_markers,
             "command": list(summary.command),
             "coverage": summary.coverage,
             "coverage_min": summary.coverage_min,
