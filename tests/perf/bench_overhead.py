@@ -107,20 +107,21 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported (default 3)")
     parser.add_argument("--memory-only", action="store_true", help="only the pytest run: wall time, peak RSS and device memory")
     args = parser.parse_args()
+    pytest_child = CHILD_PYTEST.format(bench=str(ROOT / "bench" / "test_kernels.py"), extra=shlex.split(args.pytest_args))
     if args.memory_only:
         with tempfile.TemporaryDirectory() as tmp:
             scratch = Path(tmp)
             db = scratch / "db"
             db.mkdir()
             write_database(db, args.cases)
-            child = CHILD_PYTEST.format(bench=str(ROOT / "bench" / "test_kernels.py"), extra=shlex.split(args.pytest_args))
-            harness = run_child(child, db, args.backend, args.repeats, scratch, args.cache_mode)
+            harness = run_child(pytest_child, db, args.backend, args.repeats, scratch, args.cache_mode)
         print(f"backend={args.backend} cases={args.cases} repeats={args.repeats} pytest wall {harness['wall']:.1f} s "
               f"({args.cases / harness['wall']:.0f} cases/s), exit code {harness['code']}")
         print(f"peak RSS {harness['rss'] / 2**20:.0f} MiB, peak device memory {harness['device'] / 2**20:.1f} MiB")
         return 0
     half = args.cases // 2
     walls: dict[str, list[float]] = {"bare": [], "pytest": [], "bare_half": [], "pytest_half": []}
+    last: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         db, half_db = scratch / "db", scratch / "half"
@@ -128,24 +129,21 @@ def main() -> int:
         half_db.mkdir()
         write_database(db, args.cases)
         write_database(half_db, half)
-        pytest_child = CHILD_PYTEST.format(bench=str(ROOT / "bench" / "test_kernels.py"),
-                                           extra=shlex.split(args.pytest_args))
+        sides = {"bare": (CHILD_BARE, db), "pytest": (pytest_child, db),
+                 "bare_half": (CHILD_BARE, half_db), "pytest_half": (pytest_child, half_db)}
         # The sides alternate within each round, so that drifts of a shared, noisy host (other
         # tenants, clocks) fall on both; the medians over rounds are compared.  The half-size
         # runs remove fixed costs (start-up, collection, reports): the difference is the
         # marginal per-case cost of each side.
         for round_number in range(args.rounds):
-            bare = run_child(CHILD_BARE, db, args.backend, args.repeats, scratch, args.cache_mode)
-            harness = run_child(pytest_child, db, args.backend, args.repeats, scratch, args.cache_mode)
-            bare_half = run_child(CHILD_BARE, half_db, args.backend, args.repeats, scratch, args.cache_mode)
-            harness_half = run_child(pytest_child, half_db, args.backend, args.repeats, scratch, args.cache_mode)
-            walls["bare"].append(bare["wall"])
-            walls["pytest"].append(harness["wall"])
-            walls["bare_half"].append(bare_half["wall"])
-            walls["pytest_half"].append(harness_half["wall"])
-            print(f"round {round_number + 1}: bare {bare['wall']:.2f} s, pytest {harness['wall']:.2f} s "
-                  f"({harness['wall'] / bare['wall']:.3f}); at {half} cases bare {bare_half['wall']:.2f} s, "
-                  f"pytest {harness_half['wall']:.2f} s", flush=True)
+            last = {key: run_child(source, directory, args.backend, args.repeats, scratch, args.cache_mode)
+                    for key, (source, directory) in sides.items()}
+            for key, outcome in last.items():
+                walls[key].append(outcome["wall"])
+            print(f"round {round_number + 1}: bare {walls['bare'][-1]:.2f} s, pytest {walls['pytest'][-1]:.2f} s "
+                  f"({walls['pytest'][-1] / walls['bare'][-1]:.3f}); at {half} cases bare {walls['bare_half'][-1]:.2f} s, "
+                  f"pytest {walls['pytest_half'][-1]:.2f} s", flush=True)
+    bare, harness, harness_half = last["bare"], last["pytest"], last["pytest_half"]
     bare_wall, harness_wall = median(walls["bare"]), median(walls["pytest"])
     extra = args.cases - half
     per_bare = (bare_wall - median(walls["bare_half"])) / extra

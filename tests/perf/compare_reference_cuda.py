@@ -148,8 +148,8 @@ def harness_order() -> list[Kernel]:
     """The kernels in the order the harness replays them: by CSV file name, then row.
 
     The references run in the same order so that each kernel follows the same predecessors on
-    both sides: a kernel timed right after seconds of large GEMMs runs at a lower clock (the GPU
-    is hot and power-limited) than one timed after small kernels, by several per cent.
+    both sides: in the bare loop, a kernel's duration moved by several per cent with what ran
+    before it (for large GEMMs likely the clock, which follows the GPU's power and thermal history).
     """
     return sorted(KERNELS, key=lambda kernel: f"{kernel.kernel_type}.csv")  # stable: rows keep their order
 
@@ -158,7 +158,7 @@ def cupti_references(iters: int, scratch: Path, with_markers: bool) -> dict[str,
     """Every kernel in one bare process, one profiler session each: (plain, with markers) in us.
 
     The marker variant launches the harness's marker kernel before every call, as the harness
-    does, to show whether the markers themselves change the kernels' durations.
+    does with --repeat-markers, to show whether markers change the kernels' durations.
     """
     setups = scratch / "setups.json"
     setups.write_text(json.dumps({k.name: k.bare.replace("; ", "\n") for k in harness_order()}))
@@ -207,7 +207,7 @@ def main() -> int:
     parser.add_argument("--cache-mode", default="warm",
                         help="the harness's cache mode; warm (default) matches the references' back-to-back loops")
     parser.add_argument("--with-markers", action="store_true",
-                        help="also the bare loop with the harness's marker kernel before every call")
+                        help="also the bare loop with a marker kernel before every call (the harness's --repeat-markers)")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     harness_runs: list[dict[str, float]] = []
