@@ -171,6 +171,26 @@ def test_cpu_collector_measures_real_profiled_ops_in_batches() -> None:
     assert result.kernels[0].calls_per_repeat == pytest.approx(1.0)
 
 
+def test_cpu_collector_records_only_the_timed_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    collector = TorchProfilerCollector(CpuBackend(), batch_size=8)
+    stopped: list[list[RawEvent]] = []
+    stop = collector._stop
+    monkeypatch.setattr(collector, "_stop", lambda: stopped.append(stop()) or stopped[-1])
+    for number in range(3):
+        a, b = torch.rand(32, 32), torch.rand(32, 32)  # set-up between cases: must not be recorded
+        torch.mm(a, b)  # a "verification" call outside the repeats
+        case = Case(f"case{number}", "MatMulV2", "MatMulV2.csv", number + 2, "sig", STATUS_READY)
+        collector.measure(case, lambda: torch.mm(a, b), repeats=5)
+    results = collector.finish()
+    assert [r.outcome for r in results] == ["passed"] * 3
+    names = [event.name for event in stopped[0]]
+    assert "aten::rand" not in names and "aten::uniform_" not in names
+    assert names.count("aten::mm") == 3 * 5  # the repeats only, not the calls outside them
+    assert sum(name.startswith("perfcase::") for name in names) == 3 * 5
+
+
 def test_case_result_json_round_trip() -> None:
     from perf_plugin.results import CaseResult, KernelTime
 
