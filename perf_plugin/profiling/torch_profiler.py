@@ -137,7 +137,10 @@ class TorchProfilerCollector:
     def _collect(self, enable: bool) -> None:
         """Switch the recording of the session's activities on or off (toggling collectors only)."""
         if self._toggles and self._profiler is not None:
-            self._profiler.toggle_collection_dynamic(enable, self._activities())
+            # torch logs "Toggling CPU activity with GPU activity on may result in traces with GPU
+            # events on arbitrary tracks" to fd 2 at every toggle, GPU or not: not for the user
+            with _quiet_native_stderr():
+                self._profiler.toggle_collection_dynamic(enable, self._activities())
 
     def _stop(self) -> list[RawEvent]:
         if self._profiler is None:
