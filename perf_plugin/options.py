@@ -20,6 +20,7 @@ from perf_plugin.replay.cache_modes import CACHE_MODES, DEFAULT_CACHE_MODE, MAX_
 GROUP_NAME = "perf"
 GROUP_DESCRIPTION = "operator performance lab"
 UPDATE_MODES = ("all", "missing-only")
+LOG_CAPTURE_MODES = ("auto", "on")
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         flag=True,
     ),
     OptionSpec("lock-timeout", "seconds to wait for another session's database lock", 60.0, float),
+    OptionSpec(
+        "replay-log-capture",
+        "pytest's per-test log capture in runs of replay cases only: auto (off unless a --log-* option or "
+        "ini key asks for logging; it costs ~0.35 ms per case), on (always kept)",
+        "auto",
+        choices=LOG_CAPTURE_MODES,
+    ),
 )
 
 
@@ -162,6 +170,7 @@ class Settings:
     rotate_max_copies: int
     repeat_markers: bool
     lock_timeout: float
+    replay_log_capture: str
 
 
 def _raw_value(config: pytest.Config, spec: OptionSpec) -> tuple[Any, str] | None:

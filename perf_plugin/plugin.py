@@ -205,6 +205,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize(CASE_FIXTURE, params)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Process that runs tests: a run of replay cases only skips pytest's per-test log capture."""
+    config = session.config
+    state = config.stash.get(RUN_STATE, None)
+    if state is None or config.option.collectonly:
+        return
+    from perf_plugin.log_capture import skip_log_capture
+
+    if skip_log_capture(config, session.items, lambda item: _case_of(item) is not None, state.settings.replay_log_capture):
+        note = "pytest's per-test log capture was off (replay cases only; --replay-log-capture on keeps it)"
+        state.notes.append(note)
+        if _is_worker(config):
+            state.unsent_notes.append(note)
+
+
 # ----------------------------------------------------------------------------- running
 @pytest.fixture(scope="session")
 def perf_runner(pytestconfig: pytest.Config):  # type: ignore[no-untyped-def]

@@ -21,7 +21,7 @@ def settings(**changes: object) -> Settings:
         cann_version=None, cuda_version=None, backend="auto", update_mode="all", prune_empty_duration_rows=False,
         repeat_count=30, warmup_count=5, prof_path=None, replay_coverage_min=None, profile_batch_size=32,
         no_writeback=False, seed=0, cache_mode="auto", rotate_max_copies=1024, repeat_markers=False,
-        lock_timeout=5.0,
+        lock_timeout=5.0, replay_log_capture="auto",
     )
     return dataclasses.replace(base, **changes)
 
