@@ -2,7 +2,9 @@
 
 Both sides do the same replays (build inputs, verify once, warm up, timed repeats under the same
 in-process profiler collector); the pytest side adds collection, fixtures, reports, result
-transport and write-back.  Each side runs in its own fresh process and is timed inside it, from
+transport and write-back.  A third side runs N empty parametrized tests through the same pytest
+command without pytest's log capture, as a run of replay cases has it (no plugin work, no
+replay): pytest's own per-test cost on this host, the floor under the harness's overhead.  Each side runs in its own fresh process and is timed inside it, from
 just before the work starts (torch already imported) to just after it ends.  Also prints the
 peak RSS and peak device memory of the pytest process, so runs with different N show whether
 memory stays flat.
@@ -74,6 +76,25 @@ CHILD_BARE = textwrap.dedent(
 )
 
 
+CHILD_EMPTY_TESTS = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    import pytest, torch
+    db, backend, repeats, out, cache_mode = sys.argv[1:6]
+    cases = sum(1 for _ in Path(db, "Add.csv").open()) - 1
+    test_file = Path(out).with_name("test_empty_cases.py")
+    test_file.write_text("import pytest\\n\\n@pytest.mark.parametrize('k', range(%d))\\ndef test_case(k):\\n    pass\\n" % cases)
+    start = time.perf_counter()
+    # -p no:logging: what a run of replay cases does by default (perf_plugin.log_capture)
+    code = pytest.main([str(test_file), "-q", "-p", "no:cacheprovider", "-p", "no:logging", "--no-header",
+                        "-o", "console_output_style=classic", *{extra!r}])
+    wall = time.perf_counter() - start
+    json.dump({{"wall": wall, "code": int(code)}}, open(out, "w"))
+    """
+)
+
+
 def small_shape(k: int) -> tuple[int, int]:
     """Distinct 2-D shapes of at most ~60k elements: kernels of a few microseconds on a GPU."""
     return 1 + k % 97, 128 + 16 * (k // 97)
@@ -108,6 +129,7 @@ def main() -> int:
     parser.add_argument("--memory-only", action="store_true", help="only the pytest run: wall time, peak RSS and device memory")
     args = parser.parse_args()
     pytest_child = CHILD_PYTEST.format(bench=str(ROOT / "bench" / "test_kernels.py"), extra=shlex.split(args.pytest_args))
+    empty_child = CHILD_EMPTY_TESTS.format(extra=shlex.split(args.pytest_args))
     if args.memory_only:
         with tempfile.TemporaryDirectory() as tmp:
             scratch = Path(tmp)
@@ -120,7 +142,7 @@ def main() -> int:
         print(f"peak RSS {harness['rss'] / 2**20:.0f} MiB, peak device memory {harness['device'] / 2**20:.1f} MiB")
         return 0
     half = args.cases // 2
-    walls: dict[str, list[float]] = {"bare": [], "pytest": [], "bare_half": [], "pytest_half": []}
+    walls: dict[str, list[float]] = {"bare": [], "pytest": [], "bare_half": [], "pytest_half": [], "empty": [], "empty_half": []}
     last: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
@@ -130,7 +152,8 @@ def main() -> int:
         write_database(db, args.cases)
         write_database(half_db, half)
         sides = {"bare": (CHILD_BARE, db), "pytest": (pytest_child, db),
-                 "bare_half": (CHILD_BARE, half_db), "pytest_half": (pytest_child, half_db)}
+                 "bare_half": (CHILD_BARE, half_db), "pytest_half": (pytest_child, half_db),
+                 "empty": (empty_child, db), "empty_half": (empty_child, half_db)}
         # The sides alternate within each round, so that drifts of a shared, noisy host (other
         # tenants, clocks) fall on both; the medians over rounds are compared.  The half-size
         # runs remove fixed costs (start-up, collection, reports): the difference is the
@@ -158,6 +181,9 @@ def main() -> int:
         f"marginal per case: bare {1e3 * per_bare:.3f} ms, pytest {1e3 * per_harness:.3f} ms, "
         f"ratio {per_harness / per_bare:.3f}  ({1 / per_harness:.0f} cases/s through pytest; target >= 300)"
     )
+    per_empty = (median(walls["empty"]) - median(walls["empty_half"])) / extra
+    print(f"pytest's own floor: {1e3 * per_empty:.3f} ms per empty parametrized test; the harness adds "
+          f"{1e3 * (per_harness - per_bare):.3f} ms per case to the bare loop")
     print(f"peak RSS at {half} cases: pytest {harness_half['rss'] / 2**20:.0f} MiB (flat memory: close to the above)")
     if args.backend == "cuda":
         print(f"peak device memory (pytest process) = {harness['device'] / 2**20:.1f} MiB")
