@@ -24,6 +24,7 @@ CASE_FIXTURE = "kernel_case"
 RESULTS_PROPERTY = "perf_results"
 CASE_PROPERTY = "perf_case"
 NOTES_PROPERTY = "perf_notes"
+TRANSPORT_PROPERTIES = frozenset({RESULTS_PROPERTY, NOTES_PROPERTY})  # carried by reports, not about them
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -295,10 +296,19 @@ class ControllerHooks:
         self.state = state
         self.outcomes: dict[str, str] = {}
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Every report, local or from a worker: outcome, case record, finished results."""
+        """Every report, local or from a worker: outcome, case record, finished results.
+
+        Runs first so that the results and notes, which ride on whichever report was next when
+        they were ready (often another case's), are taken off the report before other plugins
+        (junitxml, reporters) see them as that test's properties, and are not kept alive with
+        the report for the rest of the run.
+        """
         state = self.state
         properties = dict(report.user_properties) if report.user_properties else {}
+        if RESULTS_PROPERTY in properties or NOTES_PROPERTY in properties:
+            report.user_properties[:] = [p for p in report.user_properties if p[0] not in TRANSPORT_PROPERTIES]
         if report.when in ("setup", "call") and self.outcomes.get(report.nodeid) != "failed":
             if report.failed or report.skipped or report.when == "call":
                 self.outcomes[report.nodeid] = "skipped" if report.skipped else report.outcome

@@ -236,6 +236,27 @@ def test_xdist_workers_send_results_to_the_controller(pytester: pytest.Pytester,
         assert all(float(r["Average Duration(us)"]) > 0 for r in read_rows(project / name))
 
 
+@pytest.mark.parametrize("workers", [None, "2"])
+def test_results_in_transit_are_not_reported_as_another_tests_properties(
+    pytester: pytest.Pytester, project: Path, workers: str | None
+) -> None:
+    import xml.etree.ElementTree as ElementTree
+
+    # batches of 2: a batch's results ride on the report of whichever test came next
+    args = ["--database-path", str(project), "--repeat-count", "3", "-p", "no:cacheprovider",
+            "--profile-batch-size", "2", "--junitxml", "junit.xml"]
+    if workers:
+        result = pytester.runpytest_subprocess(*args, "-n", workers)
+    else:
+        result = pytester.runpytest(*args)
+    result.assert_outcomes(passed=3)
+    for name in ("MatMulV2.csv", "Add.csv"):
+        assert all(float(r["Average Duration(us)"]) > 0 for r in read_rows(project / name))
+    testcases = ElementTree.parse(pytester.path / "junit.xml").getroot().iter("testcase")
+    properties = [[p.get("name") for p in case.iter("property")] for case in testcases]
+    assert properties == [["perf_case"]] * 3  # each test's own case, nothing in transit
+
+
 def test_concurrent_session_holding_the_lock_fails_write_back_cleanly(
     pytester: pytest.Pytester, project: Path
 ) -> None:
