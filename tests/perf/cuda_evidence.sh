@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The CUDA measurements README.md reports, on one machine with an NVIDIA GPU and torch built for it.
+#
+#   bash tests/perf/cuda_evidence.sh OUTDIR [STEP ...]
+#
+# STEPs (default: all, in this order; each writes OUTDIR/<step>.txt, stderr to <step>.stderr):
+#   tests      the project's tests (pinned to the CPU backend) and the CUDA-only ones
+#   sample     `pytest bench` on a copy of the shipped sample, auto backend (CUDA)
+#   variants   collector_variants.py: ways of driving the profiler, cost per case and agreement
+#   overhead   bench_overhead.py: pytest vs bare loop, 2000 small rows, 2 rounds
+#   reference  compare_reference_cuda.py: harness vs CUPTI trace of a bare script, and ncu
+# A full run takes 10-15 minutes on an H100 host; give a few steps per call where a time limit applies.
+set -uo pipefail
+out=${1:?usage: cuda_evidence.sh OUTDIR [STEP ...]}
+shift
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(tests sample variants overhead reference)
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cd "$(dirname "$0")/../.."
+
+python -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.txt" 2>&1 || { cat "$out/install.txt"; exit 1; }
+# Images that ship without .pyc files recompile torch in every child process (~9 s each), which
+# would swamp the start-up share of the overhead benchmark; a normal installation has them.
+python -m compileall -q -j 0 "$(python -c 'import os, torch; print(os.path.dirname(torch.__file__))')" >/dev/null 2>&1 || true
+export PYTHONUNBUFFERED=1
+
+run() {
+    local name=$1
+    shift
+    echo "== $name: $*"
+    local start=$SECONDS
+    "$@" 2>"$out/$name.stderr" | tee "$out/$name.txt"
+    echo "== $name: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s"
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
+python -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda)' | tee -a "$out/gpu.txt"
+
+for step in "${steps[@]}"; do
+    case $step in
+        tests)
+            run tests python -m pytest tests -q -p no:cacheprovider -x ;;
+        sample)
+            sample=$(mktemp -d)
+            cp -r database/data/CPU_X86_64/torch/torch2.13.0/. "$sample/"
+            run sample python -m pytest bench --database-path "$sample" -q -p no:cacheprovider ;;
+        variants)
+            run variants python tests/perf/collector_variants.py --backend cuda --cases 512 --rounds 3 ;;
+        overhead)
+            run overhead python tests/perf/bench_overhead.py --backend cuda --cases 2000 --repeats 30 --rounds 2 ;;
+        reference)
+            run reference python tests/perf/compare_reference_cuda.py --repeats 50 --rounds 2 ;;
+        *)
+            echo "unknown step $step" >&2
+            exit 2 ;;
+    esac
+done
