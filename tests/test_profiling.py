@@ -130,6 +130,27 @@ def test_cuda_collector_marker_layout(
         assert [i for i, x in enumerate(launched) if x == "flush"] == [0, 4, 8]
 
 
+def test_toggled_collection_brackets_the_markers_and_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    collector = TorchProfilerCollector(_FakeCudaBackend())  # type: ignore[arg-type]
+    assert not collector._toggles  # CUDA keeps collection on unless asked (not shown to work there)
+    launched: list[str] = []
+    monkeypatch.setattr(collector, "_ensure_started", lambda: None)
+    monkeypatch.setattr(collector, "_marker", lambda: launched.append("marker"))
+    monkeypatch.setattr(collector, "_collect", lambda enable: launched.append("on" if enable else "off"))
+    case = Case("case0", "Add", "Add.csv", 2, "sig", STATUS_READY)
+
+    def failing() -> None:
+        launched.append("run")
+        if launched.count("run") == 5:
+            raise RuntimeError("replay broke")
+
+    collector.measure(case, lambda: launched.append("run"), repeats=3)
+    assert launched == ["on", "marker", "run", "run", "run", "marker", "off"]
+    with pytest.raises(RuntimeError):
+        collector.measure(case, failing, repeats=3)
+    assert launched[-1] == "off"  # collection is switched off again when a replay raises
+
+
 def cpu(name: str, start: int, duration: int, thread: int = 1) -> RawEvent:
     return RawEvent(name, False, start, duration, 0, thread, name.startswith("perfcase::"))
 

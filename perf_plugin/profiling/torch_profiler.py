@@ -173,42 +173,54 @@ class TorchProfilerCollector:
         self._ensure_started()
         self._counter += 1
         number = self._counter
-        marker = self._marker
-        if marker is not None and before_repeat is None and not self.repeat_markers:
-            segments = self._segments
+        self._collect(True)
+        try:
+            if self._marker is None:
+                self._run_in_ranges(number, run_once, repeats, before_repeat)
+            else:
+                self._run_between_markers(number, run_once, repeats, before_repeat)
+        finally:
+            self._collect(False)
+        self._pending.append(_Pending(number, case, repeats))
+
+    def _run_between_markers(
+        self, number: int, run_once: Callable[[], Any], repeats: int, before_repeat: Callable[[], Any] | None
+    ) -> None:
+        """CUDA: marker kernels delimit the case (or each repeat); ``segments`` says what follows each."""
+        marker, segments = self._marker, self._segments
+        assert marker is not None
+        if before_repeat is None and not self.repeat_markers:
             marker()
             segments.append(CaseSpan(number, repeats))
             for _ in range(repeats):
                 run_once()
             marker()
             segments.append(None)  # what follows (the next case's set-up) is not timed
-        elif marker is not None:
-            segments = self._segments
-            for repeat in range(repeats):
-                if before_repeat is not None:
-                    before_repeat()  # e.g. an L2 flush: after the previous end marker, so untimed
+            return
+        for repeat in range(repeats):
+            if before_repeat is not None:
+                before_repeat()  # e.g. an L2 flush: after the previous end marker, so untimed
+            marker()
+            segments.append((number, repeat))
+            run_once()
+            if before_repeat is not None:
                 marker()
-                segments.append((number, repeat))
+                segments.append(None)
+        if before_repeat is None:
+            marker()
+            segments.append(None)  # what follows (the next case's set-up) is not timed
+
+    def _run_in_ranges(
+        self, number: int, run_once: Callable[[], Any], repeats: int, before_repeat: Callable[[], Any] | None
+    ) -> None:
+        """CPU: each repeat inside a range labelled with the case number and the repeat."""
+        make_range = self._range
+        prefix = f"{RANGE_PREFIX}{number}::"
+        for repeat in range(repeats):
+            if before_repeat is not None:
+                before_repeat()
+            with make_range(f"{prefix}{repeat}"):
                 run_once()
-                if before_repeat is not None:
-                    marker()
-                    segments.append(None)
-            if before_repeat is None:
-                marker()
-                segments.append(None)  # what follows (the next case's set-up) is not timed
-        else:
-            make_range = self._range
-            prefix = f"{RANGE_PREFIX}{number}::"
-            self._collect(True)
-            try:
-                for repeat in range(repeats):
-                    if before_repeat is not None:
-                        before_repeat()
-                    with make_range(f"{prefix}{repeat}"):
-                        run_once()
-            finally:
-                self._collect(False)
-        self._pending.append(_Pending(number, case, repeats))
 
     def drain(self) -> list[CaseResult]:
         if len(self._pending) >= self.batch_size:
