@@ -23,25 +23,23 @@ LOGGING_PLUGIN = "logging-plugin"  # the name pytest registers its LoggingPlugin
 LOGGING_SETTINGS = ("log_level", "log_cli_level", "log_file", "log_file_level")
 
 
+def _setting(config: pytest.Config, name: str) -> object:
+    """A pytest setting from its option, else its ini key; None where pytest does not know it."""
+    for read in (config.getoption, config.getini):
+        try:
+            value = read(name)
+        except ValueError:  # -p no:logging: the settings are not registered
+            continue
+        if value not in (None, "", []):
+            return value
+    return None
+
+
 def logging_requested(config: pytest.Config) -> str | None:
     """The first pytest logging setting the user gave (option or ini), or None."""
-    for name in LOGGING_SETTINGS:
-        try:
-            value = config.getoption(name)
-        except ValueError:
-            value = None
-        if value in (None, "", []):
-            try:
-                value = config.getini(name)
-            except ValueError:
-                value = None
-        if value not in (None, "", []):
+    for name in (*LOGGING_SETTINGS, "log_cli"):
+        if _setting(config, name):
             return name
-    try:
-        if config.getini("log_cli"):
-            return "log_cli"
-    except ValueError:
-        pass
     return None
 
 

@@ -34,8 +34,13 @@ class OptionSpec:
     env_aliases: tuple[str, ...] = ()
 
     @property
+    def field(self) -> str:
+        """The Settings attribute."""
+        return self.name.replace("-", "_")
+
+    @property
     def dest(self) -> str:
-        return "perf_" + self.name.replace("-", "_")
+        return "perf_" + self.field
 
     @property
     def env(self) -> str:
@@ -192,7 +197,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
     for spec in OPTIONS:
         raw = _raw_value(config, spec)
         if raw is None:
-            values[spec.dest[len("perf_"):]] = spec.default
+            values[spec.field] = spec.default
             continue
         value, source = raw
         if isinstance(value, str) or not spec.flag:
@@ -202,13 +207,13 @@ def resolve_settings(config: pytest.Config) -> Settings:
                 raise pytest.UsageError(f"{source}: {exc}") from None
             if spec.choices and value not in spec.choices:
                 raise pytest.UsageError(f"{source}: {value!r} is not one of {', '.join(spec.choices)}")
-        values[spec.dest[len("perf_"):]] = value
+        values[spec.field] = value
     root = values["database_root"]
     values["database_root"] = Path(root) if root else Path(config.rootpath) / "database" / "data"
     for key in ("database_path", "prof_path"):
         if values[key]:
             values[key] = Path(values[key])
-    values["prune_empty_duration_rows"] = bool(values["prune_empty_duration_rows"])
-    values["no_writeback"] = bool(values["no_writeback"])
-    values["repeat_markers"] = bool(values["repeat_markers"])
+    for spec in OPTIONS:
+        if spec.flag:  # store_true options arrive as True/None, env and ini values as parsed booleans
+            values[spec.field] = bool(values[spec.field])
     return Settings(**values)

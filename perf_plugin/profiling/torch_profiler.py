@@ -112,20 +112,17 @@ class TorchProfilerCollector:
 
             self._marker = lambda: torch.cuda._sleep(1)
         self._toggles = backend.name == "cpu"  # collection only around the timed repeats
-
-    # ------------------------------------------------------------------ profiler lifecycle
-    def _activities(self) -> list[Any]:
         from torch.profiler import ProfilerActivity
 
-        if self.backend.name == "cuda":
-            return [ProfilerActivity.CUDA]
-        return [ProfilerActivity.CPU]
+        self._activities = [ProfilerActivity.CUDA if backend.name == "cuda" else ProfilerActivity.CPU]
+
+    # ------------------------------------------------------------------ profiler lifecycle
 
     def _ensure_started(self) -> None:
         if self._profiler is None:
             from torch.profiler import profile
 
-            self._profiler = profile(activities=self._activities(), record_shapes=False, with_stack=False)
+            self._profiler = profile(activities=self._activities, record_shapes=False, with_stack=False)
             with _quiet_native_stderr(), warnings.catch_warnings():
                 # "Profiler clears events at the end of each cycle": intended, one session per batch
                 warnings.simplefilter("ignore", UserWarning)
@@ -140,7 +137,7 @@ class TorchProfilerCollector:
             # torch logs "Toggling CPU activity with GPU activity on may result in traces with GPU
             # events on arbitrary tracks" to fd 2 at every toggle, GPU or not: not for the user
             with _quiet_native_stderr():
-                self._profiler.toggle_collection_dynamic(enable, self._activities())
+                self._profiler.toggle_collection_dynamic(enable, self._activities)
 
     def _stop(self) -> list[RawEvent]:
         if self._profiler is None:
@@ -150,16 +147,9 @@ class TorchProfilerCollector:
         profiler, self._profiler = self._profiler, None
         with _quiet_native_stderr():
             profiler.__exit__(None, None, None)
-        from torch.autograd import DeviceType
-
-        raw = profiler.profiler.kineto_results.events()
-        cpu = DeviceType.CPU
-        if self._marker is not None:
-            # device activity only: runtime API records (CPU side) are not needed
-            events = [_raw_event(e, True) for e in raw if e.device_type() != cpu]
-        else:
-            events = [_raw_event(e, e.device_type() != cpu) for e in raw]
-        del raw, profiler
+        # on CUDA device activity only: runtime API records (CPU side) are not needed
+        events = read_events(profiler.profiler.kineto_results.events(), device_only=self._marker is not None)
+        del profiler
         return events
 
     # ------------------------------------------------------------------ Collector API
@@ -286,6 +276,16 @@ class TorchProfilerCollector:
             for name, (total, count) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])
         )
         return CaseResult(**base, outcome=OUTCOME_PASSED, samples_us=tuple(samples), kernels=kernels)
+
+
+def read_events(raw: Any, device_only: bool) -> list[RawEvent]:
+    """Kineto events as RawEvents: every event, or only device activity (kernels, memcpy, memset)."""
+    from torch.autograd import DeviceType
+
+    cpu = DeviceType.CPU
+    if device_only:
+        return [_raw_event(e, True) for e in raw if e.device_type() != cpu]
+    return [_raw_event(e, e.device_type() != cpu) for e in raw]
 
 
 def _raw_event(event: Any, on_device: bool) -> RawEvent:

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_overhead import write_database  # noqa: E402
 
-from perf_plugin.profiling.torch_profiler import TorchProfilerCollector, _quiet_native_stderr, _raw_event  # noqa: E402
+from perf_plugin.profiling.torch_profiler import TorchProfilerCollector, _quiet_native_stderr, read_events  # noqa: E402
 
 
 def _activity_set(backend_name: str) -> set[Any]:
@@ -111,19 +111,13 @@ class LowLevel(Counting):
     def _stop(self):  # type: ignore[no-untyped-def]
         if self._profiler is None:
             return []
-        from torch.autograd import DeviceType
         from torch.autograd.profiler import _disable_profiler
 
         self.backend.synchronize()
         self._profiler = None
         with _quiet_native_stderr():
             result = _disable_profiler()
-        cpu = DeviceType.CPU
-        raw = result.events()
-        if self._marker is not None:
-            found = [_raw_event(e, True) for e in raw if e.device_type() != cpu]
-        else:
-            found = [_raw_event(e, e.device_type() != cpu) for e in raw]
+        found = read_events(result.events(), device_only=self._marker is not None)
         self.events += len(found)
         return found
 
