@@ -6,11 +6,14 @@ For about a dozen kernels from ~2 us to ~5 ms:
    (subprocess), and ``Average Duration(us)`` is read back from the CSVs;
 2. reference A, a CUPTI trace of a bare script: the same torch call on tensors of the same
    shapes, written here independently of the replays, timed with ``torch.profiler`` (Kineto
-   reading CUPTI activity records) and summed per iteration over the kernels it launched;
+   reading CUPTI activity records) and summed per iteration over the kernels it launched.  The
+   session is started before 5 untimed warm-up calls, as the harness's session is already
+   running when a case warms up; the ``@start`` column is the same loop in a session started
+   right before the first timed call, for comparison;
 3. reference B, Nsight Compute's ``gpu__time_duration.sum`` of the same bare call (only for
    kernels of 20 us and more: below that ncu's figure includes its own replay overhead).
 
-Prints one table: harness, CUPTI, ratio, ncu, ratio.  Target: within 2 %.
+Prints one table: harness, CUPTI, ratio, ncu, ratio, CUPTI @start, ratio.  Target: within 2 %.
 
     python tests/perf/compare_reference_cuda.py [--repeats 50] [--rounds 3] [--no-ncu] [--with-markers]
 """
@@ -87,14 +90,33 @@ from torch.autograd import DeviceType
 iters, with_markers = int(sys.argv[1]), sys.argv[2] == "markers"
 setups = json.load(open(sys.argv[3]))
 
+WARMUP = 5
+
+def device_events(prof):
+    return sorted((e for e in prof.profiler.kineto_results.events()
+                   if e.device_type() == DeviceType.CUDA and "spin_kernel" not in e.name()),
+                  key=lambda e: e.correlation_id())
+
 def timed(fn, marker):
+    # Mean device time per call: the session is started before the warm-up calls, as the
+    # harness's is (a case's calls never open a session), and the warm-up calls' kernels, the
+    # first len/(WARMUP + iters) * WARMUP in launch order, are left out.
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(WARMUP): fn()
         for _ in range(iters):
             if marker is not None: marker(1)
             fn()
         torch.cuda.synchronize()
-    return sum(e.duration_ns() for e in prof.profiler.kineto_results.events()
-               if e.device_type() == DeviceType.CUDA and "spin_kernel" not in e.name()) / 1000.0 / iters
+    events = device_events(prof)
+    per_call = len(events) // (WARMUP + iters)
+    return sum(e.duration_ns() for e in events[WARMUP * per_call:]) / 1000.0 / iters
+
+def timed_at_start(fn):
+    # the same calls in a session started right before the first timed call (no warm-up in it)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters): fn()
+        torch.cuda.synchronize()
+    return sum(e.duration_ns() for e in device_events(prof)) / 1000.0 / iters
 
 for name, setup in setups.items():
     namespace = {"torch": torch, "rnd": rnd, "f32": f32, "bf16": bf16}
@@ -103,8 +125,9 @@ for name, setup in setups.items():
     for _ in range(5): fn()
     torch.cuda.synchronize()
     plain = timed(fn, None)
+    at_start = timed_at_start(fn)
     marked = timed(fn, torch.cuda._sleep) if with_markers else float("nan")
-    print("RESULT", name, plain, marked, flush=True)
+    print("RESULT", name, plain, marked, at_start, flush=True)
     del namespace, fn
     torch.cuda.empty_cache()
 """
@@ -154,8 +177,9 @@ def harness_order() -> list[Kernel]:
     return sorted(KERNELS, key=lambda kernel: f"{kernel.kernel_type}.csv")  # stable: rows keep their order
 
 
-def cupti_references(iters: int, scratch: Path, with_markers: bool) -> dict[str, tuple[float, float]]:
-    """Every kernel in one bare process, one profiler session each: (plain, with markers) in us.
+def cupti_references(iters: int, scratch: Path, with_markers: bool) -> dict[str, tuple[float, float, float]]:
+    """Every kernel in one bare process, one profiler session each: (plain, with markers, session
+    started at the first timed call) in us.
 
     The marker variant launches the harness's marker kernel before every call, as the harness
     does with --repeat-markers, to show whether markers change the kernels' durations.
@@ -166,11 +190,11 @@ def cupti_references(iters: int, scratch: Path, with_markers: bool) -> dict[str,
     script.write_text(BARE_CUPTI)
     out = subprocess.run([sys.executable, str(script), str(iters), "markers" if with_markers else "none", str(setups)],
                          capture_output=True, text=True, check=True).stdout
-    result: dict[str, tuple[float, float]] = {}
+    result: dict[str, tuple[float, float, float]] = {}
     for line in out.splitlines():
         if line.startswith("RESULT"):
-            _, name, plain, marked = line.split()
-            result[name] = (float(plain), float(marked))
+            _, name, plain, marked, at_start = line.split()
+            result[name] = (float(plain), float(marked), float(at_start))
     return result
 
 
@@ -211,7 +235,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     harness_runs: list[dict[str, float]] = []
-    reference_runs: list[dict[str, tuple[float, float]]] = []
+    reference_runs: list[dict[str, tuple[float, float, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         # Harness and reference alternate, each in a fresh process per round: a large GEMM's
@@ -226,7 +250,7 @@ def main() -> int:
               f"medians, spread = (max - min) / median")
         marker_head = f"{'CUPTI+mk us':>12}{'ratio':>8}" if args.with_markers else ""
         print(f"{'kernel':24}{'harness us':>12}{'spread':>8}{'CUPTI us':>12}{'spread':>8}{'ratio':>8}{'ncu us':>12}"
-              f"{'ratio':>8}{marker_head}")
+              f"{'ratio':>8}{'@start us':>11}{'ratio':>8}{marker_head}")
         for kernel in KERNELS:
             measured, measured_spread = median_and_spread([run[kernel.name] for run in harness_runs])
             cupti, cupti_spread = median_and_spread([run[kernel.name][0] for run in reference_runs])
@@ -240,10 +264,11 @@ def main() -> int:
                         ncu_text = "no kernel"
                 except (subprocess.CalledProcessError, FileNotFoundError, StopIteration) as exc:
                     ncu_text = f"error:{type(exc).__name__}"
-            marker_text = ""
+            at_start, _ = median_and_spread([run[kernel.name][2] for run in reference_runs])
+            marker_text = f"{at_start:>11.2f}{measured / at_start:>8.3f}"
             if args.with_markers:
                 marked, _ = median_and_spread([run[kernel.name][1] for run in reference_runs])
-                marker_text = f"{marked:>12.2f}{measured / marked:>8.3f}"
+                marker_text += f"{marked:>12.2f}{measured / marked:>8.3f}"
             print(f"{kernel.name:24}{measured:>12.2f}{measured_spread:>7.1%} {cupti:>12.2f}{cupti_spread:>7.1%} "
                   f"{measured / cupti:>8.3f}{ncu_text:>12}{ratio_ncu:>8}{marker_text}", flush=True)
     return 0
