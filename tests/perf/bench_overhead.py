@@ -126,10 +126,16 @@ def main() -> int:
     parser.add_argument("--cache-mode", default="auto", help="--cache-mode of both sides (default: the harness default)")
     parser.add_argument("--pytest-args", default="", help="extra arguments of the pytest side, e.g. '-p no:logging'")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported (default 3)")
+    parser.add_argument("--gc-off", action="store_true",
+                        help="every side with the cyclic garbage collector disabled (to see its share of the cost)")
     parser.add_argument("--memory-only", action="store_true", help="only the pytest run: wall time, peak RSS and device memory")
     args = parser.parse_args()
     pytest_child = CHILD_PYTEST.format(bench=str(ROOT / "bench" / "test_kernels.py"), extra=shlex.split(args.pytest_args))
     empty_child = CHILD_EMPTY_TESTS.format(extra=shlex.split(args.pytest_args))
+    bare_child = CHILD_BARE
+    if args.gc_off:
+        pytest_child, empty_child, bare_child = ("import gc; gc.disable()\n" + source
+                                                 for source in (pytest_child, empty_child, bare_child))
     if args.memory_only:
         with tempfile.TemporaryDirectory() as tmp:
             scratch = Path(tmp)
@@ -151,8 +157,8 @@ def main() -> int:
         half_db.mkdir()
         write_database(db, args.cases)
         write_database(half_db, half)
-        sides = {"bare": (CHILD_BARE, db), "pytest": (pytest_child, db),
-                 "bare_half": (CHILD_BARE, half_db), "pytest_half": (pytest_child, half_db),
+        sides = {"bare": (bare_child, db), "pytest": (pytest_child, db),
+                 "bare_half": (bare_child, half_db), "pytest_half": (pytest_child, half_db),
                  "empty": (empty_child, db), "empty_half": (empty_child, half_db)}
         # The sides alternate within each round, so that drifts of a shared, noisy host (other
         # tenants, clocks) fall on both; the medians over rounds are compared.  The half-size
@@ -172,7 +178,7 @@ def main() -> int:
     per_bare = (bare_wall - median(walls["bare_half"])) / extra
     per_harness = (harness_wall - median(walls["pytest_half"])) / extra
     print(f"backend={args.backend} cases={args.cases} repeats={args.repeats} cache mode={args.cache_mode} "
-          f"rounds={args.rounds} (medians) pytest args={args.pytest_args!r}")
+          f"rounds={args.rounds} (medians) pytest args={args.pytest_args!r}{' gc off' if args.gc_off else ''}")
     print(f"{'':10}{'wall s':>10}{'cases/s':>10}{'peak RSS MiB':>14}")
     print(f"{'bare loop':10}{bare_wall:>10.2f}{args.cases / bare_wall:>10.0f}{bare['rss'] / 2**20:>14.0f}")
     print(f"{'pytest':10}{harness_wall:>10.2f}{args.cases / harness_wall:>10.0f}{harness['rss'] / 2**20:>14.0f}")

@@ -3,12 +3,16 @@
 #
 #   bash tests/perf/cuda_evidence.sh OUTDIR [STEP ...]
 #
-# STEPs (default: all, in this order; each writes OUTDIR/<step>.txt, stderr to <step>.stderr):
+# STEPs (default: tests sample variants overhead reference, in that order; each writes OUTDIR/<step>.txt, stderr to <step>.stderr):
 #   tests      the project's tests (pinned to the CPU backend) and the CUDA-only ones
 #   sample     `pytest bench` on a copy of the shipped sample, auto backend (CUDA)
 #   variants   collector_variants.py: ways of driving the profiler, cost per case and agreement
+#   variants-batch  the same, only none, batch and batch-toggled
 #   overhead   bench_overhead.py: pytest vs bare loop, 2000 small rows, 2 rounds
+#   overhead-gc  the same with the cyclic garbage collector off on every side (its share of the cost)
 #   reference  compare_reference_cuda.py: harness vs CUPTI trace of a bare script, and ncu
+#   kineto     kineto_config_cost.py: Kineto settings that might shrink a session of small kernels
+#   profile    overhead_profile.py: where a small case's time goes, bare loop vs pytest, under cProfile
 # A full run takes 10-15 minutes on an H100 host; give a few steps per call where a time limit applies.
 set -uo pipefail
 out=${1:?usage: cuda_evidence.sh OUTDIR [STEP ...]}
@@ -47,10 +51,19 @@ for step in "${steps[@]}"; do
             run sample python -m pytest bench --database-path "$sample" -q -p no:cacheprovider ;;
         variants)
             run variants python tests/perf/collector_variants.py --backend cuda --cases 512 --rounds 3 ;;
+        variants-batch)
+            run variants-batch python tests/perf/collector_variants.py --backend cuda --cases 512 --rounds 3 \
+                --variants none,batch,batch-toggled ;;
         overhead)
             run overhead python tests/perf/bench_overhead.py --backend cuda --cases 2000 --repeats 30 --rounds 2 ;;
+        overhead-gc)
+            run overhead-gc python tests/perf/bench_overhead.py --backend cuda --cases 2000 --repeats 30 --rounds 2 --gc-off ;;
         reference)
-            run reference python tests/perf/compare_reference_cuda.py --repeats 50 --rounds 2 ;;
+            run reference python tests/perf/compare_reference_cuda.py --repeats 50 --rounds "${REFERENCE_ROUNDS:-2}" ;;
+        kineto)
+            run kineto python tests/perf/kineto_config_cost.py ;;
+        profile)
+            run profile python tests/perf/overhead_profile.py --backend cuda --cases 1000 --top 40 ;;
         *)
             echo "unknown step $step" >&2
             exit 2 ;;
