@@ -46,7 +46,8 @@ def profile_child(source: str, db: Path, backend: str, repeats: int, scratch: Pa
     script = scratch / f"side_{name}.py"  # not pytest.py: that would shadow pytest itself
     script.write_text(source)
     wrapper = scratch / "profiled_run.py"
-    wrapper.write_text(PROFILED_RUN)
+    if not wrapper.exists():
+        wrapper.write_text(PROFILED_RUN)
     stats_file = scratch / f"side_{name}.prof"
     subprocess.run(
         [sys.executable, str(wrapper), str(script), str(stats_file), str(db), backend, str(repeats),
