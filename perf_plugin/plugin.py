@@ -169,6 +169,15 @@ def pytest_runtestloop(session: pytest.Session) -> None:
 
 
 # ----------------------------------------------------------------------------- collection
+def _collection_error(message: str) -> Exception:
+    """A database problem found while parametrizing: shown as the collection error's one line.
+
+    pytest prints a collector's ``CollectError`` as its message alone (no traceback unless
+    ``--fulltrace``), where a ``UsageError`` raised this late would come with pytest's own stack.
+    """
+    return pytest.Collector.CollectError(message)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Both: every database row becomes one parametrized case of a test using ``kernel_case``."""
     if CASE_FIXTURE not in metafunc.fixturenames:
@@ -176,7 +185,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     state = metafunc.config.stash.get(RUN_STATE, None)
     if state is None:
         reason = metafunc.config.stash.get(CONFIG_ERROR, "no database could be resolved")
-        raise pytest.UsageError(f"kernel replay tests need a database: {reason}")
+        raise _collection_error(f"kernel replay tests need a database: {reason}")
     from perf_plugin.cases import as_params, load_case_set
     from perf_plugin.replay.op_mapping import replay_lookup_for
 
@@ -188,21 +197,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         try:
             seeded = seed_from_sample(state.location, state.settings.database_root, state.settings.lock_timeout)
         except DatabaseError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            raise _collection_error(str(exc)) from None
         if seeded:
             state.notes.append(seeded)
             state.unsent_notes.append(seeded)
         try:
             lookup, replay_type = replay_lookup_for(state.location.directory)
         except DatabaseError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            raise _collection_error(str(exc)) from None
         state.case_set = load_case_set(
             state.location.directory, lookup, state.settings.update_mode, replay_type=replay_type
         )
         state.notes.extend(state.case_set.messages)
     params = as_params(state.case_set)
     if not params:
-        raise pytest.UsageError(f"no kernel rows in {state.location.directory}")
+        raise _collection_error(f"no kernel rows in {state.location.directory}")
     metafunc.parametrize(CASE_FIXTURE, params)
 
 

@@ -157,6 +157,15 @@ def test_file_missing_identity_columns_is_skipped_and_left_alone(pytester: pytes
     assert not (project / "Mul.quarantine.csv").exists()
 
 
+def test_database_without_kernel_csvs_is_one_line_not_a_traceback(pytester: pytest.Pytester, project: Path) -> None:
+    empty = pytester.path / "empty_db"
+    empty.mkdir()
+    result = run(pytester, empty)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"{empty}: database directory has no kernel CSVs"])
+    assert "Traceback" not in result.stdout.str() and "plugin.py" not in result.stdout.str()
+
+
 def test_prune_removes_rows_still_without_duration(pytester: pytest.Pytester, project: Path) -> None:
     write_csv(project / "Softmax.csv", HEADER, ['dynamic,AI_CORE,"""8,8""",FLOAT,ND,"""8,8""",FLOAT,ND'])
     result = run(pytester, project, "--prune-empty-duration-rows")
