@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -31,24 +32,45 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = "OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"
 
-CHILD_PYTEST = textwrap.dedent(
+# Prepended to every child: time spent in the cyclic garbage collector, by generation, from the
+# moment the timed work starts (``GC_STATS["on"] = True``) to its end, through ``gc.callbacks``.
+# No braces in it: the pytest children are str.format templates.
+GC_RECORDER = textwrap.dedent(
+    """
+    import gc as _gc, time as _time
+    GC_STATS = dict(on=False, started=0.0, seconds=[0.0, 0.0, 0.0], count=[0, 0, 0])
+    def _gc_callback(phase, info):
+        if not GC_STATS["on"]:
+            return
+        if phase == "start":
+            GC_STATS["started"] = _time.perf_counter()
+        else:
+            GC_STATS["seconds"][info["generation"]] += _time.perf_counter() - GC_STATS["started"]
+            GC_STATS["count"][info["generation"]] += 1
+    _gc.callbacks.append(_gc_callback)
+    """
+)
+
+CHILD_PYTEST = GC_RECORDER + textwrap.dedent(
     """
     import json, resource, sys, time
     import pytest, torch
     db, backend, repeats, out, cache_mode = sys.argv[1:6]
+    GC_STATS["on"] = True
     start = time.perf_counter()
     code = pytest.main([{bench!r}, "--database-path", db, "--backend", backend, "--repeat-count", repeats,
                         "--cache-mode", cache_mode,
                         "-q", "-p", "no:cacheprovider", "--no-header", "-o", "console_output_style=classic",
                         *{extra!r}])
     wall = time.perf_counter() - start
+    GC_STATS["on"] = False
     peak_device = torch.cuda.max_memory_allocated() if backend == "cuda" else 0
     json.dump({{"wall": wall, "code": int(code), "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-               "device": peak_device}}, open(out, "w"))
+               "device": peak_device, "gc": GC_STATS}}, open(out, "w"))
     """
 )
 
-CHILD_BARE = textwrap.dedent(
+CHILD_BARE = GC_RECORDER + textwrap.dedent(
     """
     import json, resource, sys, time
     import torch
@@ -60,6 +82,7 @@ CHILD_BARE = textwrap.dedent(
     from perf_plugin.replay.registry import get_replay
     from perf_plugin.replay.runner import ReplayRunner
     db, backend_name, repeats, out, cache_mode = sys.argv[1:6]
+    GC_STATS["on"] = True
     start = time.perf_counter()
     backend = resolve_backend(backend_name)
     collector = TorchProfilerCollector(backend, batch_size=32)
@@ -70,13 +93,15 @@ CHILD_BARE = textwrap.dedent(
         results.extend(collector.drain())
     results.extend(collector.finish())
     wall = time.perf_counter() - start
+    GC_STATS["on"] = False
     ok = sum(1 for r in results if r.samples_us)
-    json.dump({"wall": wall, "ok": ok, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}, open(out, "w"))
+    json.dump({"wall": wall, "ok": ok, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+               "gc": GC_STATS}, open(out, "w"))
     """
 )
 
 
-CHILD_EMPTY_TESTS = textwrap.dedent(
+CHILD_EMPTY_TESTS = GC_RECORDER + textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
@@ -85,12 +110,14 @@ CHILD_EMPTY_TESTS = textwrap.dedent(
     cases = sum(1 for _ in Path(db, "Add.csv").open()) - 1
     test_file = Path(out).with_name("test_empty_cases.py")
     test_file.write_text("import pytest\\n\\n@pytest.mark.parametrize('k', range(%d))\\ndef test_case(k):\\n    pass\\n" % cases)
+    GC_STATS["on"] = True
     start = time.perf_counter()
     # -p no:logging: what a run of replay cases does by default (perf_plugin.log_capture)
     code = pytest.main([str(test_file), "-q", "-p", "no:cacheprovider", "-p", "no:logging", "--no-header",
                         "-o", "console_output_style=classic", *{extra!r}])
     wall = time.perf_counter() - start
-    json.dump({{"wall": wall, "code": int(code)}}, open(out, "w"))
+    GC_STATS["on"] = False
+    json.dump({{"wall": wall, "code": int(code), "gc": GC_STATS}}, open(out, "w"))
     """
 )
 
@@ -109,13 +136,27 @@ def write_database(directory: Path, cases: int) -> None:
     (directory / "Add.csv").write_text("\n".join([HEADER, *rows]) + "\n")
 
 
-def run_child(source: str, db: Path, backend: str, repeats: int, scratch: Path, cache_mode: str = "auto") -> dict:
+def run_child(source: str, db: Path, backend: str, repeats: int, scratch: Path, cache_mode: str = "auto",
+              env: dict[str, str] | None = None) -> dict:
     out = scratch / "out.json"
     script = scratch / "child.py"
     script.write_text(source)
     subprocess.run([sys.executable, str(script), str(db), backend, str(repeats), str(out), cache_mode], check=True,
-                   cwd=ROOT, stdout=subprocess.DEVNULL)
+                   cwd=ROOT, stdout=subprocess.DEVNULL, env={**os.environ, **(env or {})})
     return json.loads(out.read_text())
+
+
+def print_gc_share(gc_seconds: dict[str, list[list[float]]], extra_cases: int, last_counts: dict[str, list[int]]) -> None:
+    """Time in the cyclic garbage collector per additional case (N minus N/2), by generation."""
+    print(f"cyclic GC per additional case, ms (medians), generations 0/1/2; collections in the last N-case run:")
+    for side in ("bare", "pytest", "empty"):
+        per_generation = [
+            (median(run[g] for run in gc_seconds[side]) - median(run[g] for run in gc_seconds[f"{side}_half"]))
+            / extra_cases * 1e3
+            for g in range(3)
+        ]
+        shares = "/".join(f"{value:.3f}" for value in per_generation)
+        print(f"  {side:8} {sum(per_generation):.3f} ({shares}); collections {'/'.join(map(str, last_counts[side]))}")
 
 
 def main() -> int:
@@ -128,9 +169,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported (default 3)")
     parser.add_argument("--gc-off", action="store_true",
                         help="every side with the cyclic garbage collector disabled (to see its share of the cost)")
+    parser.add_argument("--no-plugin-autoload", action="store_true",
+                        help="pytest sides load only pytest's own plugins and the perf plugin "
+                             "(PYTEST_DISABLE_PLUGIN_AUTOLOAD=1): pytest's cost without the other plugins installed here")
     parser.add_argument("--memory-only", action="store_true", help="only the pytest run: wall time, peak RSS and device memory")
     args = parser.parse_args()
-    pytest_child = CHILD_PYTEST.format(bench=str(ROOT / "bench" / "test_kernels.py"), extra=shlex.split(args.pytest_args))
+    pytest_extra = shlex.split(args.pytest_args)
+    env: dict[str, str] = {}
+    if args.no_plugin_autoload:
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        pytest_extra = ["-p", "perf_plugin.plugin", *pytest_extra]
+    pytest_child = CHILD_PYTEST.format(bench=str(ROOT / "bench" / "test_kernels.py"), extra=pytest_extra)
     empty_child = CHILD_EMPTY_TESTS.format(extra=shlex.split(args.pytest_args))
     bare_child = CHILD_BARE
     if args.gc_off:
@@ -142,13 +191,14 @@ def main() -> int:
             db = scratch / "db"
             db.mkdir()
             write_database(db, args.cases)
-            harness = run_child(pytest_child, db, args.backend, args.repeats, scratch, args.cache_mode)
+            harness = run_child(pytest_child, db, args.backend, args.repeats, scratch, args.cache_mode, env)
         print(f"backend={args.backend} cases={args.cases} repeats={args.repeats} pytest wall {harness['wall']:.1f} s "
               f"({args.cases / harness['wall']:.0f} cases/s), exit code {harness['code']}")
         print(f"peak RSS {harness['rss'] / 2**20:.0f} MiB, peak device memory {harness['device'] / 2**20:.1f} MiB")
         return 0
     half = args.cases // 2
     walls: dict[str, list[float]] = {"bare": [], "pytest": [], "bare_half": [], "pytest_half": [], "empty": [], "empty_half": []}
+    gc_seconds: dict[str, list[list[float]]] = {key: [] for key in walls}
     last: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
@@ -165,10 +215,11 @@ def main() -> int:
         # runs remove fixed costs (start-up, collection, reports): the difference is the
         # marginal per-case cost of each side.
         for round_number in range(args.rounds):
-            last = {key: run_child(source, directory, args.backend, args.repeats, scratch, args.cache_mode)
+            last = {key: run_child(source, directory, args.backend, args.repeats, scratch, args.cache_mode, env)
                     for key, (source, directory) in sides.items()}
             for key, outcome in last.items():
                 walls[key].append(outcome["wall"])
+                gc_seconds[key].append(outcome["gc"]["seconds"])
             print(f"round {round_number + 1}: bare {walls['bare'][-1]:.2f} s, pytest {walls['pytest'][-1]:.2f} s "
                   f"({walls['pytest'][-1] / walls['bare'][-1]:.3f}); at {half} cases bare {walls['bare_half'][-1]:.2f} s, "
                   f"pytest {walls['pytest_half'][-1]:.2f} s", flush=True)
@@ -178,7 +229,8 @@ def main() -> int:
     per_bare = (bare_wall - median(walls["bare_half"])) / extra
     per_harness = (harness_wall - median(walls["pytest_half"])) / extra
     print(f"backend={args.backend} cases={args.cases} repeats={args.repeats} cache mode={args.cache_mode} "
-          f"rounds={args.rounds} (medians) pytest args={args.pytest_args!r}{' gc off' if args.gc_off else ''}")
+          f"rounds={args.rounds} (medians) pytest args={args.pytest_args!r}{' gc off' if args.gc_off else ''}"
+          f"{' plugin autoload off' if args.no_plugin_autoload else ''}")
     print(f"{'':10}{'wall s':>10}{'cases/s':>10}{'peak RSS MiB':>14}")
     print(f"{'bare loop':10}{bare_wall:>10.2f}{args.cases / bare_wall:>10.0f}{bare['rss'] / 2**20:>14.0f}")
     print(f"{'pytest':10}{harness_wall:>10.2f}{args.cases / harness_wall:>10.0f}{harness['rss'] / 2**20:>14.0f}")
@@ -193,6 +245,7 @@ def main() -> int:
     print(f"peak RSS at {half} cases: pytest {harness_half['rss'] / 2**20:.0f} MiB (flat memory: close to the above)")
     if args.backend == "cuda":
         print(f"peak device memory (pytest process) = {harness['device'] / 2**20:.1f} MiB")
+    print_gc_share(gc_seconds, extra, {key: last[key]["gc"]["count"] for key in last})
     print(f"pytest exit code {harness['code']}")
     return 0
 
