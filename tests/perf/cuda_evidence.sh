@@ -10,6 +10,8 @@
 #   variants-batch  the same, only none, batch and batch-toggled
 #   overhead   bench_overhead.py: pytest vs bare loop, 2000 small rows, 2 rounds
 #   overhead-gc  the same with the cyclic garbage collector off on every side (its share of the cost)
+#   overhead-clean  the same with only pytest's own plugins and the perf plugin (no other installed plugins)
+# (OVERHEAD_ROUNDS sets the overhead steps' rounds, default 2)
 #   reference  compare_reference_cuda.py: harness vs CUPTI trace of a bare script, and ncu
 #   kineto     kineto_config_cost.py: Kineto settings that might shrink a session of small kernels
 #   profile    overhead_profile.py: where a small case's time goes, bare loop vs pytest, under cProfile
@@ -55,9 +57,12 @@ for step in "${steps[@]}"; do
             run variants-batch python tests/perf/collector_variants.py --backend cuda --cases 512 --rounds 3 \
                 --variants none,batch,batch-toggled ;;
         overhead)
-            run overhead python tests/perf/bench_overhead.py --backend cuda --cases 2000 --repeats 30 --rounds 2 ;;
+            run overhead python tests/perf/bench_overhead.py --backend cuda --cases 2000 --repeats 30 --rounds "${OVERHEAD_ROUNDS:-2}" ;;
         overhead-gc)
-            run overhead-gc python tests/perf/bench_overhead.py --backend cuda --cases 2000 --repeats 30 --rounds 2 --gc-off ;;
+            run overhead-gc python tests/perf/bench_overhead.py --backend cuda --cases 2000 --repeats 30 --rounds "${OVERHEAD_ROUNDS:-2}" --gc-off ;;
+        overhead-clean)
+            run overhead-clean python tests/perf/bench_overhead.py --backend cuda --cases 2000 --repeats 30 --rounds "${OVERHEAD_ROUNDS:-2}" \
+                --no-plugin-autoload ;;
         reference)
             run reference python tests/perf/compare_reference_cuda.py --repeats 50 --rounds "${REFERENCE_ROUNDS:-2}" ;;
         kineto)
