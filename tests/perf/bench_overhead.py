@@ -51,7 +51,30 @@ GC_RECORDER = textwrap.dedent(
     """
 )
 
-CHILD_PYTEST = GC_RECORDER + textwrap.dedent(
+# Prepended to the pytest children: the steady-state clock, from the start of the first case after
+# the first tenth to the end of the last (no start-up, collection, first-call or write-back cost).
+# No braces in it either.
+STEADY_CLOCK = textwrap.dedent(
+    """
+    class SteadyClock:
+        def __init__(self):
+            self.seen, self.skip, self.total, self.start, self.end = 0, 0, 0, 0.0, 0.0
+        def pytest_collection_finish(self, session):
+            self.total = len(session.items)
+            self.skip = self.total // 10
+        def pytest_runtest_logstart(self, nodeid, location):
+            if self.seen == self.skip:
+                self.start = _time.perf_counter()
+            self.seen += 1
+        def pytest_runtest_logfinish(self, nodeid, location):
+            self.end = _time.perf_counter()
+        def result(self):
+            return [self.end - self.start, self.total - self.skip]
+    CLOCK = SteadyClock()
+    """
+)
+
+CHILD_PYTEST = GC_RECORDER + STEADY_CLOCK + textwrap.dedent(
     """
     import json, resource, sys, time
     import pytest, torch
@@ -61,12 +84,12 @@ CHILD_PYTEST = GC_RECORDER + textwrap.dedent(
     code = pytest.main([{bench!r}, "--database-path", db, "--backend", backend, "--repeat-count", repeats,
                         "--cache-mode", cache_mode,
                         "-q", "-p", "no:cacheprovider", "--no-header", "-o", "console_output_style=classic",
-                        *{extra!r}])
+                        *{extra!r}], plugins=[CLOCK])
     wall = time.perf_counter() - start
     GC_STATS["on"] = False
     peak_device = torch.cuda.max_memory_allocated() if backend == "cuda" else 0
     json.dump({{"wall": wall, "code": int(code), "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-               "device": peak_device, "gc": GC_STATS}}, open(out, "w"))
+               "device": peak_device, "gc": GC_STATS, "steady": CLOCK.result()}}, open(out, "w"))
     """
 )
 
@@ -88,20 +111,25 @@ CHILD_BARE = GC_RECORDER + textwrap.dedent(
     collector = TorchProfilerCollector(backend, batch_size=32)
     runner = ReplayRunner(backend, collector, int(repeats), 5, cache_mode=effective_cache_mode(cache_mode, backend.name))
     results = []
-    for case in load_case_set(Path(db), get_replay).cases:
+    cases = load_case_set(Path(db), get_replay).cases
+    skip = len(cases) // 10  # the steady-state window, as the pytest children's SteadyClock
+    for index, case in enumerate(cases):
+        if index == skip:
+            steady_start = time.perf_counter()
         runner.run(case)
         results.extend(collector.drain())
+    steady = [time.perf_counter() - steady_start, len(cases) - skip]
     results.extend(collector.finish())
     wall = time.perf_counter() - start
     GC_STATS["on"] = False
     ok = sum(1 for r in results if r.samples_us)
     json.dump({"wall": wall, "ok": ok, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-               "gc": GC_STATS}, open(out, "w"))
+               "gc": GC_STATS, "steady": steady}, open(out, "w"))
     """
 )
 
 
-CHILD_EMPTY_TESTS = GC_RECORDER + textwrap.dedent(
+CHILD_EMPTY_TESTS = GC_RECORDER + STEADY_CLOCK + textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
@@ -114,10 +142,10 @@ CHILD_EMPTY_TESTS = GC_RECORDER + textwrap.dedent(
     start = time.perf_counter()
     # -p no:logging: what a run of replay cases does by default (perf_plugin.log_capture)
     code = pytest.main([str(test_file), "-q", "-p", "no:cacheprovider", "-p", "no:logging", "--no-header",
-                        "-o", "console_output_style=classic", *{extra!r}])
+                        "-o", "console_output_style=classic", *{extra!r}], plugins=[CLOCK])
     wall = time.perf_counter() - start
     GC_STATS["on"] = False
-    json.dump({{"wall": wall, "code": int(code), "gc": GC_STATS}}, open(out, "w"))
+    json.dump({{"wall": wall, "code": int(code), "gc": GC_STATS, "steady": CLOCK.result()}}, open(out, "w"))
     """
 )
 
@@ -199,6 +227,7 @@ def main() -> int:
     half = args.cases // 2
     walls: dict[str, list[float]] = {"bare": [], "pytest": [], "bare_half": [], "pytest_half": [], "empty": [], "empty_half": []}
     gc_seconds: dict[str, list[list[float]]] = {key: [] for key in walls}
+    steady: dict[str, list[float]] = {key: [] for key in walls}  # seconds per case after the first tenth
     last: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
@@ -220,9 +249,12 @@ def main() -> int:
             for key, outcome in last.items():
                 walls[key].append(outcome["wall"])
                 gc_seconds[key].append(outcome["gc"]["seconds"])
+                seconds, cases = outcome["steady"]
+                steady[key].append(seconds / cases)
             print(f"round {round_number + 1}: bare {walls['bare'][-1]:.2f} s, pytest {walls['pytest'][-1]:.2f} s "
                   f"({walls['pytest'][-1] / walls['bare'][-1]:.3f}); at {half} cases bare {walls['bare_half'][-1]:.2f} s, "
-                  f"pytest {walls['pytest_half'][-1]:.2f} s", flush=True)
+                  f"pytest {walls['pytest_half'][-1]:.2f} s; steady state per case bare {1e3 * steady['bare'][-1]:.3f} ms, "
+                  f"pytest {1e3 * steady['pytest'][-1]:.3f} ms ({steady['pytest'][-1] / steady['bare'][-1]:.3f})", flush=True)
     bare, harness, harness_half = last["bare"], last["pytest"], last["pytest_half"]
     bare_wall, harness_wall = median(walls["bare"]), median(walls["pytest"])
     extra = args.cases - half
@@ -242,6 +274,13 @@ def main() -> int:
     per_empty = (median(walls["empty"]) - median(walls["empty_half"])) / extra
     print(f"pytest's own floor: {1e3 * per_empty:.3f} ms per empty parametrized test; the harness adds "
           f"{1e3 * (per_harness - per_bare):.3f} ms per case to the bare loop")
+    steady_bare, steady_pytest, steady_empty = (median(steady[side]) for side in ("bare", "pytest", "empty"))
+    print(
+        f"steady state (the N-case runs after their first tenth), per case: bare {1e3 * steady_bare:.3f} ms, "
+        f"pytest {1e3 * steady_pytest:.3f} ms, ratio {steady_pytest / steady_bare:.3f} (target <= 1.2), "
+        f"{1 / steady_pytest:.0f} cases/s through pytest (target >= 300); empty tests {1e3 * steady_empty:.3f} ms, "
+        f"so the harness adds {1e3 * (steady_pytest - steady_bare - steady_empty):.3f} ms beyond pytest's own"
+    )
     print(f"peak RSS at {half} cases: pytest {harness_half['rss'] / 2**20:.0f} MiB (flat memory: close to the above)")
     if args.backend == "cuda":
         print(f"peak device memory (pytest process) = {harness['device'] / 2**20:.1f} MiB")

@@ -11,7 +11,7 @@
 #   overhead   bench_overhead.py: pytest vs bare loop, 2000 small rows, 2 rounds
 #   overhead-gc  the same with the cyclic garbage collector off on every side (its share of the cost)
 #   overhead-clean  the same with only pytest's own plugins and the perf plugin (no other installed plugins)
-# (OVERHEAD_ROUNDS sets the overhead steps' rounds, default 2)
+# (OVERHEAD_ROUNDS and OVERHEAD_CASES set the overhead steps' rounds and rows, default 2 and 2000)
 #   reference  compare_reference_cuda.py: harness vs CUPTI trace of a bare script, and ncu
 #   kineto     kineto_config_cost.py: Kineto settings that might shrink a session of small kernels
 #   profile    overhead_profile.py: where a small case's time goes, bare loop vs pytest, under cProfile
@@ -57,11 +57,11 @@ for step in "${steps[@]}"; do
             run variants-batch python tests/perf/collector_variants.py --backend cuda --cases 512 --rounds 3 \
                 --variants none,batch,batch-toggled ;;
         overhead)
-            run overhead python tests/perf/bench_overhead.py --backend cuda --cases 2000 --repeats 30 --rounds "${OVERHEAD_ROUNDS:-2}" ;;
+            run overhead python tests/perf/bench_overhead.py --backend cuda --cases "${OVERHEAD_CASES:-2000}" --repeats 30 --rounds "${OVERHEAD_ROUNDS:-2}" ;;
         overhead-gc)
-            run overhead-gc python tests/perf/bench_overhead.py --backend cuda --cases 2000 --repeats 30 --rounds "${OVERHEAD_ROUNDS:-2}" --gc-off ;;
+            run overhead-gc python tests/perf/bench_overhead.py --backend cuda --cases "${OVERHEAD_CASES:-2000}" --repeats 30 --rounds "${OVERHEAD_ROUNDS:-2}" --gc-off ;;
         overhead-clean)
-            run overhead-clean python tests/perf/bench_overhead.py --backend cuda --cases 2000 --repeats 30 --rounds "${OVERHEAD_ROUNDS:-2}" \
+            run overhead-clean python tests/perf/bench_overhead.py --backend cuda --cases "${OVERHEAD_CASES:-2000}" --repeats 30 --rounds "${OVERHEAD_ROUNDS:-2}" \
                 --no-plugin-autoload ;;
         reference)
             run reference python tests/perf/compare_reference_cuda.py --repeats 50 --rounds "${REFERENCE_ROUNDS:-2}" ;;
