@@ -15,7 +15,7 @@ For about a dozen kernels from ~2 us to ~5 ms:
 
 Prints one table: harness, CUPTI, ratio, ncu, ratio, CUPTI @start, ratio.  Target: within 2 %.
 
-    python tests/perf/compare_reference_cuda.py [--repeats 50] [--rounds 3] [--no-ncu] [--with-markers]
+    python tests/perf/compare_reference_cuda.py [--repeats 50] [--rounds 3] [--no-ncu] [--with-markers] [--busy-ms 200]
 """
 
 from __future__ import annotations
@@ -87,8 +87,10 @@ BARE_CUPTI = BARE_PRELUDE + """
 import json
 from torch.profiler import profile, ProfilerActivity
 from torch.autograd import DeviceType
+import time
 iters, with_markers = int(sys.argv[1]), sys.argv[2] == "markers"
 setups = json.load(open(sys.argv[3]))
+busy_ms = float(sys.argv[4])
 
 WARMUP = 5
 
@@ -124,6 +126,13 @@ for name, setup in setups.items():
     fn = namespace["fn"]
     for _ in range(5): fn()
     torch.cuda.synchronize()
+    # Optionally keep the GPU busy with the kernel itself for busy_ms first, outside any
+    # session: its clock, not locked here, ramps up under load and a short kernel's duration
+    # follows it (on an H100 the SM clock idles at a few hundred MHz).
+    deadline = time.perf_counter() + busy_ms / 1000.0
+    while time.perf_counter() < deadline:
+        for _ in range(20): fn()
+        torch.cuda.synchronize()
     plain = timed(fn, None)
     at_start = timed_at_start(fn)
     marked = timed(fn, torch.cuda._sleep) if with_markers else float("nan")
@@ -177,7 +186,7 @@ def harness_order() -> list[Kernel]:
     return sorted(KERNELS, key=lambda kernel: f"{kernel.kernel_type}.csv")  # stable: rows keep their order
 
 
-def cupti_references(iters: int, scratch: Path, with_markers: bool) -> dict[str, tuple[float, float, float]]:
+def cupti_references(iters: int, scratch: Path, with_markers: bool, busy_ms: float = 0.0) -> dict[str, tuple[float, float, float]]:
     """Every kernel in one bare process, one profiler session each: (plain, with markers, session
     started at the first timed call) in us.
 
@@ -188,7 +197,8 @@ def cupti_references(iters: int, scratch: Path, with_markers: bool) -> dict[str,
     setups.write_text(json.dumps({k.name: k.bare.replace("; ", "\n") for k in harness_order()}))
     script = scratch / "cupti_all.py"
     script.write_text(BARE_CUPTI)
-    out = subprocess.run([sys.executable, str(script), str(iters), "markers" if with_markers else "none", str(setups)],
+    out = subprocess.run([sys.executable, str(script), str(iters), "markers" if with_markers else "none", str(setups),
+                          str(busy_ms)],
                          capture_output=True, text=True, check=True).stdout
     result: dict[str, tuple[float, float, float]] = {}
     for line in out.splitlines():
@@ -230,6 +240,8 @@ def main() -> int:
     parser.add_argument("--no-ncu", action="store_true")
     parser.add_argument("--cache-mode", default="warm",
                         help="the harness's cache mode; warm (default) matches the references' back-to-back loops")
+    parser.add_argument("--busy-ms", type=float, default=0.0,
+                        help="the CUPTI reference first runs each kernel for this long, untimed (GPU clock ramp-up)")
     parser.add_argument("--with-markers", action="store_true",
                         help="also the bare loop with a marker kernel before every call (the harness's --repeat-markers)")
     args = parser.parse_args()
@@ -245,8 +257,9 @@ def main() -> int:
         # printed next to them: a ratio inside the spreads is noise.
         for round_number in range(args.rounds):
             harness_runs.append(harness_durations(args.repeats, scratch, args.cache_mode, round_number))
-            reference_runs.append(cupti_references(args.repeats, scratch, args.with_markers))
-        print(f"{args.rounds} round(s), {args.repeats} repeats, harness cache mode {args.cache_mode}; "
+            reference_runs.append(cupti_references(args.repeats, scratch, args.with_markers, args.busy_ms))
+        print(f"{args.rounds} round(s), {args.repeats} repeats, harness cache mode {args.cache_mode}, "
+              f"reference busy {args.busy_ms:g} ms first; "
               f"medians, spread = (max - min) / median")
         marker_head = f"{'CUPTI+mk us':>12}{'ratio':>8}" if args.with_markers else ""
         print(f"{'kernel':24}{'harness us':>12}{'spread':>8}{'CUPTI us':>12}{'spread':>8}{'ratio':>8}{'ncu us':>12}"
