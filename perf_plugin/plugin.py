@@ -64,7 +64,8 @@ def _pin_worker_device(identity: DeviceIdentity, workerinput: dict) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     """Both: markers; resolve settings, device and database directory into the run state."""
     config.addinivalue_line("markers", "kernel_type(name): the database kernel type a replay case comes from")
-    config.pluginmanager.register(ReplayFixtures(config), "perf-replay-fixtures")
+    _ACTIVE_CONFIGS.append(config)
+    config.add_cleanup(lambda: _ACTIVE_CONFIGS.remove(config))
     # Registered now so that it runs after pytest's own end-of-run garbage collections
     # (cleanups run last in, first out), which then skip the frozen heap.
     config.add_cleanup(lambda: _thaw_heap(config))
@@ -233,40 +234,38 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 # ----------------------------------------------------------------------------- running
-class ReplayFixtures:
-    """Both: the ``perf_runner`` fixture, defined on a plugin object that holds the config.
+# The configs of the pytest runs in progress in this process, innermost last (pytester runs one
+# inside another's test).  ``perf_runner`` reads its config here rather than asking for
+# ``pytestconfig`` or ``request``: either puts ``request`` in the closure of every replay test,
+# and pytest builds a new fixture definition for ``request`` in each test (inspecting a
+# function's signature among other things: ~0.07 ms per test on a 2-core host, a third of what
+# the plugin adds per case).  A fixture bound to a plugin object would avoid it too, but pytest
+# deprecates session-scoped fixtures on instances.
+_ACTIVE_CONFIGS: list[pytest.Config] = []
 
-    A fixture asking for ``pytestconfig`` (or ``request``) puts ``request`` in the closure of
-    every replay test, and pytest builds a new fixture definition for ``request`` in each test
-    (inspecting a function's signature among other things: ~0.07 ms per test on a 2-core host,
-    a quarter of what the plugin adds per case).  Bound to this object, the fixture needs none.
-    """
 
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
+@pytest.fixture(scope="session")
+def perf_runner():  # type: ignore[no-untyped-def]
+    """Process that runs tests: the backend, collector and runner, created once."""
+    from perf_plugin.backends.select import resolve_backend
+    from perf_plugin.executor import CaseExecutor
+    from perf_plugin.profiling.factory import make_collector
+    from perf_plugin.replay.runner import ReplayRunner
 
-    @pytest.fixture(scope="session")
-    def perf_runner(self):  # type: ignore[no-untyped-def]
-        """Process that runs tests: the backend, collector and runner, created once."""
-        from perf_plugin.backends.select import resolve_backend
-        from perf_plugin.executor import CaseExecutor
-        from perf_plugin.profiling.factory import make_collector
-        from perf_plugin.replay.runner import ReplayRunner
-
-        state = self.config.stash[RUN_STATE]
-        settings = state.settings
-        state.backend = resolve_backend(state.backend_name, ascend_device=settings.device)
-        state.collector = make_collector(state.backend, settings)
-        runner = ReplayRunner(
-            state.backend,
-            state.collector,
-            settings.repeat_count,
-            settings.warmup_count,
-            seed=settings.seed,
-            cache_mode=effective_cache_mode(settings.cache_mode, state.backend.name),
-            rotate_max_copies=settings.rotate_max_copies,
-        )
-        return CaseExecutor(state, runner)
+    state = _ACTIVE_CONFIGS[-1].stash[RUN_STATE]
+    settings = state.settings
+    state.backend = resolve_backend(state.backend_name, ascend_device=settings.device)
+    state.collector = make_collector(state.backend, settings)
+    runner = ReplayRunner(
+        state.backend,
+        state.collector,
+        settings.repeat_count,
+        settings.warmup_count,
+        seed=settings.seed,
+        cache_mode=effective_cache_mode(settings.cache_mode, state.backend.name),
+        rotate_max_copies=settings.rotate_max_copies,
+    )
+    return CaseExecutor(state, runner)
 
 
 def _case_of(item: pytest.Item):  # type: ignore[no-untyped-def]
