@@ -213,7 +213,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         state.notes.extend(state.case_set.messages)
     params = as_params(state.case_set)
     if not params:
-        raise _collection_error(f"no kernel rows in {state.location.directory}")
+        # say why, when files were there but none gave a row (not UTF-8, a bad kernel-type name, ...)
+        reasons = "".join(f"\n  {message}" for message in state.case_set.messages)
+        raise _collection_error(f"no kernel rows in {state.location.directory}{reasons}")
     metafunc.parametrize(CASE_FIXTURE, params)
 
 

@@ -173,6 +173,21 @@ def test_database_without_kernel_csvs_is_one_line_not_a_traceback(pytester: pyte
     assert "Traceback" not in result.stdout.str() and "plugin.py" not in result.stdout.str()
 
 
+def test_database_whose_files_give_no_rows_says_why(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_kernels=BENCH_TEST)
+    db = pytester.path / "unreadable_db"
+    db.mkdir()
+    (db / "Add.csv").write_bytes(b"\xff\xfe\x00not a csv\n")
+    write_csv(db / "Bad Name!.csv", HEADER, ADD_ROWS)
+    result = run(pytester, db)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([
+        f"no kernel rows in {db}",
+        f"*{db / 'Add.csv'}: not UTF-8 text*",
+        "*kernel type 'Bad Name!' is not a plain name*",
+    ])
+
+
 def test_prune_removes_rows_still_without_duration(pytester: pytest.Pytester, project: Path) -> None:
     write_csv(project / "Softmax.csv", HEADER, ['dynamic,AI_CORE,"""8,8""",FLOAT,ND,"""8,8""",FLOAT,ND'])
     result = run(pytester, project, "--prune-empty-duration-rows")
