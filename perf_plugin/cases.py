@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,6 +138,29 @@ def _row_case(
     return case(STATUS_READY, "", row), base_id
 
 
+def header_problem(table: CsvTable, path: Path) -> DatabaseError | None:
+    """Why a file's rows cannot be read as cases: a duplicated column or missing identity columns.
+
+    A column named twice would be read from one copy and written to the other.
+    """
+    counts = Counter(table.header)
+    duplicated = [name for name in table.header if counts[name] > 1]
+    if duplicated:
+        return DatabaseError(
+            f"column named {counts[duplicated[0]]} times in the header; rows skipped, file left as it is",
+            path=path,
+            column=duplicated[0],
+        )
+    missing = [c for c in REQUIRED_IDENTITY_COLUMNS if not table.has_column(c)]
+    if missing:
+        return DatabaseError(
+            f"missing identity column(s) {', '.join(repr(m) for m in missing)}; rows skipped, file left as it is",
+            path=path,
+            column=missing[0],
+        )
+    return None
+
+
 def load_case_set(
     directory: Path,
     replay_lookup: Callable[[str], OpReplay | None],
@@ -154,13 +178,8 @@ def load_case_set(
         except DatabaseError as exc:
             result.messages.append(exc.located(path=path).describe())
             continue
-        missing = [c for c in REQUIRED_IDENTITY_COLUMNS if not table.has_column(c)]
-        if missing:
-            error = DatabaseError(
-                f"missing identity column(s) {', '.join(repr(m) for m in missing)}; rows skipped, file left as it is",
-                path=path,
-                column=missing[0],
-            )
+        error = header_problem(table, path)
+        if error is not None:
             result.messages.append(error.describe())
             for index in range(len(table)):
                 if table.is_blank(index):

@@ -154,12 +154,26 @@ def test_bad_rows_are_quarantined_with_the_reason(pytester: pytest.Pytester, pro
     assert "malformed shape" in quarantine[0]["Quarantine Reason"]
 
 
-def test_file_missing_identity_columns_is_skipped_and_left_alone(pytester: pytest.Pytester, project: Path) -> None:
-    broken = write_csv(project / "Mul.csv", "OP State,Input Shapes", ['dynamic,"""8,8"""'])
+@pytest.mark.parametrize(
+    ("header", "row", "message"),
+    [
+        ("OP State,Input Shapes", 'dynamic,"""8,8"""', "*Mul.csv, column 'Input Data Types': missing identity column*"),
+        (
+            HEADER + ",Input Shapes",
+            ADD_ROWS[0] + ',"""8,8"""',
+            "*Mul.csv, column 'Input Shapes': column named 2 times in the header; rows skipped, file left as it is",
+        ),
+    ],
+    ids=["missing-identity-column", "duplicated-column"],
+)
+def test_file_with_a_bad_header_is_skipped_and_left_alone(
+    pytester: pytest.Pytester, project: Path, header: str, row: str, message: str
+) -> None:
+    broken = write_csv(project / "Mul.csv", header, [row])
     before = broken.read_bytes()
     result = run(pytester, project, "-rs")
     result.assert_outcomes(passed=3, skipped=1)
-    result.stdout.fnmatch_lines(["*Mul.csv, column 'Input Data Types': missing identity column*"])
+    result.stdout.fnmatch_lines([message])
     assert broken.read_bytes() == before
     assert not (project / "Mul.quarantine.csv").exists()
 
