@@ -187,7 +187,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     state = metafunc.config.stash.get(RUN_STATE, None)
     if state is None:
         reason = metafunc.config.stash.get(CONFIG_ERROR, "no database could be resolved")
-        raise _collection_error(f"kernel replay tests need a database: {reason}")
+        raise _collection_error(f"kernel replay tests cannot run: {reason}")
     from perf_plugin.cases import as_params, load_case_set
     from perf_plugin.replay.op_mapping import replay_lookup_for
 

@@ -187,6 +187,17 @@ def test_database_without_kernel_csvs_is_one_line_not_a_traceback(pytester: pyte
     assert "Traceback" not in result.stdout.str() and "plugin.py" not in result.stdout.str()
 
 
+def test_unavailable_backend_is_one_line_not_a_traceback(pytester: pytest.Pytester, project: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("torch_npu") is not None:
+        pytest.skip("torch_npu is installed here")
+    result = run(pytester, project, "--backend", "npu")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["kernel replay tests cannot run: --backend npu was asked for, but torch_npu is missing*"])
+    assert "Traceback" not in result.stdout.str()
+
+
 def test_database_whose_files_give_no_rows_says_why(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_kernels=BENCH_TEST)
     db = pytester.path / "unreadable_db"
