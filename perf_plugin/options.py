@@ -115,8 +115,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "repeat-markers",
-        "CUDA: a marker kernel before every timed repeat instead of one per case (for ops whose kernel "
-        "sequence varies from call to call; costs profiler time per repeat)",
+        "delimit every timed repeat (a marker kernel on CUDA, a labelled range on the CPU) instead of the "
+        "case's repeats as a whole (for ops whose kernel or operator sequence varies from call to call; "
+        "costs profiler time per repeat)",
         False,
         _bool,
         flag=True,

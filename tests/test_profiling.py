@@ -166,7 +166,7 @@ def test_cpu_ranges_count_top_level_ops_only() -> None:
         cpu("aten::mm", 500, 60),  # outside every range
         cpu("aten::mm", 320, 40, thread=2),  # another thread
     ]
-    timings = attribute_cpu_ops(events)
+    timings = attribute_cpu_ops(events).timings
     assert timings[(1, 0)].total_ns == 70
     assert timings[(1, 0)].kernels == {"aten::mm": (50, 1), "aten::add": (20, 1)}
     assert timings[(1, 1)].total_ns == 60
@@ -209,7 +209,45 @@ def test_cpu_collector_records_only_the_timed_repeats(monkeypatch: pytest.Monkey
     names = [event.name for event in stopped[0]]
     assert "aten::rand" not in names and "aten::uniform_" not in names
     assert names.count("aten::mm") == 3 * 5  # the repeats only, not the calls outside them
-    assert sum(name.startswith("perfcase::") for name in names) == 3 * 5
+    assert sum(name.startswith("perfcase::") for name in names) == 3  # one range per case
+
+
+def test_cpu_whole_case_range_is_split_into_equal_runs_of_top_level_ops() -> None:
+    events = [cpu("perfcase::4::all", 100, 400)]
+    for repeat in range(3):
+        start = 110 + 100 * repeat
+        events += [cpu("aten::mm", start, 50 + repeat), cpu("aten::resolve_conj", start + 5, 5), cpu("aten::add", start + 60, 20)]
+    attribution = attribute_cpu_ops(events, {4: 3})
+    assert attribution.case_errors == {}
+    assert [attribution.timings[(4, r)].total_ns for r in range(3)] == [70, 71, 72]
+    assert attribution.timings[(4, 2)].kernels == {"aten::mm": (52, 1), "aten::add": (20, 1)}
+
+
+def test_cpu_whole_case_range_with_a_varying_op_sequence_is_a_case_error() -> None:
+    events = [cpu("perfcase::2::all", 100, 400), cpu("aten::mm", 110, 50), cpu("aten::add", 170, 20), cpu("aten::mm", 210, 50)]
+    attribution = attribute_cpu_ops(events, {2: 2})
+    assert "not the same operator sequence per repeat" in attribution.case_errors[2]
+    assert "--repeat-markers" in attribution.case_errors[2]
+    assert not attribution.timings
+
+
+@pytest.mark.parametrize(("repeat_markers", "ranges_per_case"), [(False, 1), (True, 4)])
+def test_cpu_collector_labels_the_case_or_every_repeat(repeat_markers: bool, ranges_per_case: int) -> None:
+    import torch
+
+    collector = TorchProfilerCollector(CpuBackend(), batch_size=8, repeat_markers=repeat_markers)
+    stopped: list[list[RawEvent]] = []
+    stop = collector._stop
+    collector._stop = lambda: stopped.append(stop()) or stopped[-1]  # type: ignore[method-assign]
+    a, b = torch.rand(16, 16), torch.rand(16, 16)
+    for number in range(2):
+        case = Case(f"case{number}", "MatMulV2", "MatMulV2.csv", number + 2, "sig", STATUS_READY)
+        collector.measure(case, lambda: torch.mm(a, b), repeats=4)
+    results = collector.finish()
+    assert [len(r.samples_us) for r in results] == [4, 4]
+    assert all(r.outcome == "passed" for r in results)
+    ranges = [e.name for e in stopped[0] if e.name.startswith("perfcase::")]
+    assert len(ranges) == 2 * ranges_per_case
 
 
 def test_case_result_json_round_trip() -> None:

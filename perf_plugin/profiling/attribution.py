@@ -7,21 +7,25 @@ Works on plain records, so it is unit-testable without a profiler.
   its last, the repeats in between split into equal runs of the same kernel sequence
   (``split_repeats``); or one marker before every repeat.  A repeat's duration is the sum of its
   kernels' device durations: gaps between kernels are launch latency, not the kernels' time.
-* On the CPU each timed repeat runs inside a range labelled ``perfcase::<case number>::<repeat>``
-  and a repeat's duration is the sum of the top-level operator events inside the range (nested
-  ops are part of their parent's time).
+* On the CPU the timed repeats run inside ranges labelled ``perfcase::<case number>::<repeat>``,
+  or all of them inside one range ``perfcase::<case number>::all`` whose top-level operator
+  events are split into equal runs of one operator sequence (``split_repeats``), as CUDA splits
+  kernels between markers.  A repeat's duration is the sum of its top-level operator events
+  (nested ops are part of their parent's time).
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import NamedTuple
 
 RANGE_PREFIX = "perfcase::"
+SPAN = -1  # the repeat of a range holding every timed repeat of a case (``perfcase::<n>::all``)
+SPAN_LABEL = "all"
 
 
 class RawEvent(NamedTuple):
@@ -34,6 +38,12 @@ class RawEvent(NamedTuple):
     correlation_id: int
     thread: int
     is_annotation: bool
+
+
+class Attribution(NamedTuple):
+    timings: dict[tuple[int, int], RepeatTiming]  # (case number, repeat) -> timing
+    error: str | None  # the whole batch is unusable (events were lost)
+    case_errors: dict[int, str]  # case number -> why its repeats could not be separated
 
 
 @dataclass
@@ -50,10 +60,15 @@ class RepeatTiming:
 
 
 def parse_range_name(name: str) -> tuple[int, int] | None:
+    """(case number, repeat) of a range label; the repeat is ``SPAN`` for a whole-case range."""
     if not name.startswith(RANGE_PREFIX):
         return None
     parts = name[len(RANGE_PREFIX):].split("::")
-    if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit():
+    if len(parts) != 2 or not parts[0].isdigit():
+        return None
+    if parts[1] == SPAN_LABEL:
+        return int(parts[0]), SPAN
+    if not parts[1].isdigit():
         return None
     return int(parts[0]), int(parts[1])
 
@@ -70,8 +85,12 @@ def _ranges(events: list[RawEvent]) -> list[tuple[int, int, int, tuple[int, int]
     return found
 
 
-def attribute_cpu_ops(events: list[RawEvent]) -> dict[tuple[int, int], RepeatTiming]:
-    """(case number, repeat) -> timing from the top-level CPU operators inside each range."""
+def attribute_cpu_ops(events: list[RawEvent], span_repeats: Mapping[int, int] | None = None) -> "Attribution":
+    """(case number, repeat) -> timing from the top-level CPU operators inside each range.
+
+    ``span_repeats`` gives the repeat count of each case timed in one whole-case range; a case
+    whose operator events there are not that many runs of one sequence gets a case error.
+    """
     ranges = _ranges(events)
     by_thread: dict[int, list[RawEvent]] = defaultdict(list)
     for event in events:
@@ -84,10 +103,11 @@ def attribute_cpu_ops(events: list[RawEvent]) -> dict[tuple[int, int], RepeatTim
         ops.sort(key=attrgetter("start_ns"))
     thread_starts = {t: [e.start_ns for e in ops] for t, ops in by_thread.items()}
     timings: dict[tuple[int, int], RepeatTiming] = {}
+    case_errors: dict[int, str] = {}
     for start, end, thread, key in ranges:
         ops = by_thread.get(thread, [])
         index = bisect.bisect_left(thread_starts.get(thread, []), start)
-        timing = RepeatTiming()
+        top_level: list[RawEvent] = []
         covered_until = start
         while index < len(ops):
             op = ops[index]
@@ -96,10 +116,30 @@ def attribute_cpu_ops(events: list[RawEvent]) -> dict[tuple[int, int], RepeatTim
                 break
             if op.start_ns < covered_until:
                 continue  # nested inside a top-level op already counted
-            timing.add(op.name, op.duration_ns)
+            top_level.append(op)
             covered_until = op.start_ns + op.duration_ns
-        timings[key] = timing
-    return timings
+        number, repeat = key
+        if repeat != SPAN:
+            timings[key] = _timing_of(top_level)
+            continue
+        repeats = (span_repeats or {}).get(number, 0)
+        runs = split_repeats(top_level, repeats)
+        if runs is None:
+            case_errors[number] = (
+                f"{len(top_level)} operator events over {repeats} repeats are not the same operator sequence per "
+                "repeat; run with --repeat-markers to label every repeat"
+            )
+            continue
+        for index_in_case, run in enumerate(runs):
+            timings[(number, index_in_case)] = _timing_of(run)
+    return Attribution(timings, None, case_errors)
+
+
+def _timing_of(events: list[RawEvent]) -> RepeatTiming:
+    timing = RepeatTiming()
+    for event in events:
+        timing.add(event.name, event.duration_ns)
+    return timing
 
 
 MARKER_KERNEL = "spin_kernel"  # the kernel torch.cuda._sleep launches; delimits repeats on CUDA
@@ -117,10 +157,6 @@ class CaseSpan(NamedTuple):
 Segment = tuple[int, int] | CaseSpan | None
 
 
-class MarkerAttribution(NamedTuple):
-    timings: dict[tuple[int, int], RepeatTiming]
-    error: str | None  # the whole batch is unusable (events were lost)
-    case_errors: dict[int, str]  # case number -> why its repeats could not be separated
 
 
 def split_repeats(kernels: list[RawEvent], repeats: int) -> list[list[RawEvent]] | None:
@@ -151,7 +187,7 @@ def attribute_by_markers(
     device_events: list[RawEvent],
     segments: list[Segment],
     is_marker: Callable[[str], bool] = lambda name: MARKER_KERNEL in name,
-) -> MarkerAttribution:
+) -> "Attribution":
     """(case number, repeat) -> timing from device events delimited by marker kernels.
 
     The collector launches a tiny marker kernel before the timed work of a case (before each
@@ -198,4 +234,4 @@ def attribute_by_markers(
     error = None
     if seen != len(segments):
         error = f"the profiler returned {seen} marker kernels for {len(segments)} launched: events were lost"
-    return MarkerAttribution(timings, error, case_errors)
+    return Attribution(timings, error, case_errors)

@@ -7,6 +7,8 @@ differs only in how the profiler is driven:
 * ``none``: the repeats run with no profiler (the replay work alone);
 * ``batch``: the harness's collector as it is (one ``torch.profiler.profile`` session per 32
   cases; on the CPU collection is toggled off outside the timed repeats, on CUDA it is not);
+* ``batch-repeat-markers``: the same with ``--repeat-markers`` (a labelled range, on CUDA a
+  marker kernel, before every repeat instead of one per case);
 * ``batch-always-on``: the same session with collection on throughout (set-up, verification and
   warm-up of every case but the first are recorded too);
 * ``batch-lowlevel``: the same, through ``torch.autograd.profiler``'s prepare/enable/disable
@@ -131,6 +133,8 @@ class PerCase(LowLevel):
 def make(name: str, backend: Any) -> Any:
     if name == "none":
         return NoProfiler(backend)
+    if name == "batch-repeat-markers":
+        return Counting(backend, batch_size=32, repeat_markers=True)
     if name in ("batch", "batch-always-on", "batch-toggled"):
         collector = Counting(backend, batch_size=32)
         if name != "batch":
@@ -200,7 +204,8 @@ def main() -> int:
     parser.add_argument("--cases", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--variants", default="none,batch,batch-always-on,batch-lowlevel,per-case,batch-toggled,batch-filtered")
+    parser.add_argument("--variants", default="none,batch,batch-repeat-markers,batch-always-on,batch-lowlevel,per-case,"
+                        "batch-toggled,batch-filtered")
     args = parser.parse_args()
 
     from perf_plugin.backends.select import resolve_backend
