@@ -85,7 +85,7 @@ def _ranges(events: list[RawEvent]) -> list[tuple[int, int, int, tuple[int, int]
     return found
 
 
-def attribute_cpu_ops(events: list[RawEvent], span_repeats: Mapping[int, int] | None = None) -> "Attribution":
+def attribute_cpu_ops(events: list[RawEvent], span_repeats: Mapping[int, int] | None = None) -> Attribution:
     """(case number, repeat) -> timing from the top-level CPU operators inside each range.
 
     ``span_repeats`` gives the repeat count of each case timed in one whole-case range; a case
@@ -157,8 +157,6 @@ class CaseSpan(NamedTuple):
 Segment = tuple[int, int] | CaseSpan | None
 
 
-
-
 def split_repeats(kernels: list[RawEvent], repeats: int) -> list[list[RawEvent]] | None:
     """``kernels`` (launch order) as ``repeats`` runs of one kernel sequence, or None.
 
@@ -187,7 +185,7 @@ def attribute_by_markers(
     device_events: list[RawEvent],
     segments: list[Segment],
     is_marker: Callable[[str], bool] = lambda name: MARKER_KERNEL in name,
-) -> "Attribution":
+) -> Attribution:
     """(case number, repeat) -> timing from device events delimited by marker kernels.
 
     The collector launches a tiny marker kernel before the timed work of a case (before each
