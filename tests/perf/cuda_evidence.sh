@@ -15,6 +15,9 @@
 #   reference  compare_reference_cuda.py: harness vs CUPTI trace of a bare script, and ncu
 #   kineto     kineto_config_cost.py: Kineto settings that might shrink a session of small kernels
 #   profile    overhead_profile.py: where a small case's time goes, bare loop vs pytest, under cProfile
+#   memory     bench_overhead.py --memory-only at 1,000 and 10,000 small rows: peak RSS and device memory
+#   delimiting repeat_delimiting_effect.py: durations with one marker pair per case vs one per repeat
+#   inputs     reference_input_sensitivity.py: a short kernel's duration on two same-distribution inputs
 # A full run takes 10-15 minutes on an H100 host; give a few steps per call where a time limit applies.
 set -uo pipefail
 out=${1:?usage: cuda_evidence.sh OUTDIR [STEP ...]}
@@ -69,6 +72,12 @@ for step in "${steps[@]}"; do
             run kineto python tests/perf/kineto_config_cost.py ;;
         profile)
             run profile python tests/perf/overhead_profile.py --backend cuda --cases 1000 --top 40 ;;
+        memory)
+            run memory bash -c 'for n in 1000 10000; do python tests/perf/bench_overhead.py --backend cuda --cases $n --memory-only; done' ;;
+        delimiting)
+            run delimiting python tests/perf/repeat_delimiting_effect.py --backend cuda --cases 400 ;;
+        inputs)
+            run inputs python tests/perf/reference_input_sensitivity.py --runs 4 ;;
         *)
             echo "unknown step $step" >&2
             exit 2 ;;
