@@ -24,6 +24,7 @@ from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.kernel_types import validate_kernel_type
 from perf_plugin.database.paths import list_kernel_csvs
 from perf_plugin.database.schema import (
+    DURATION_PREFERENCE,
     REQUIRED_IDENTITY_COLUMNS,
     row_has_valid_duration,
 )
@@ -161,6 +162,46 @@ def header_problem(table: CsvTable, path: Path) -> DatabaseError | None:
     return None
 
 
+# Cells that say "no value" in real profiler exports; anything else that is not a number in a
+# duration column is reported.
+NOT_AVAILABLE = frozenset({"n/a", "na", "-"})
+
+
+def unreadable_duration_note(table: CsvTable, path: Path) -> str | None:
+    """One line naming the first duration cell that is neither a number nor empty, if any.
+
+    Such a row counts as having no duration (``parse_duration``): measured under
+    ``missing-only`` and its cell overwritten, so the user hears of it.
+    """
+    columns = [column for column in DURATION_PREFERENCE if table.has_column(column)]
+    found: list[tuple[int, str, str]] = []
+    for index in range(len(table)):
+        for column in columns:
+            value = table.get(index, column)
+            text = value.strip().strip('"').strip()
+            if text and text.lower() not in NOT_AVAILABLE and not _is_number(text):
+                found.append((index, column, value))
+    if not found:
+        return None
+    index, column, value = found[0]
+    more = f" (and {len(found) - 1} more such cells in this file)" if len(found) > 1 else ""
+    error = DatabaseError(
+        f"{value!r} is not a duration{more}; such a row counts as having none and its duration is measured again",
+        path=path,
+        row=table.line_of(index),
+        column=column,
+    )
+    return error.describe()
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def load_case_set(
     directory: Path,
     replay_lookup: Callable[[str], OpReplay | None],
@@ -189,6 +230,9 @@ def load_case_set(
                     Case(f"{kernel_type}-line{line}", kernel_type, path.name, line, "", STATUS_FILE_ERROR, error.describe())
                 )
             continue
+        note = unreadable_duration_note(table, path)
+        if note is not None:
+            result.messages.append(note)
         replay = replay_lookup(kernel_type)
         seen: dict[str, int] = {}
         for index in range(len(table)):

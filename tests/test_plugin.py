@@ -117,6 +117,19 @@ def test_missing_only_fills_only_rows_without_a_duration(pytester: pytest.Pytest
     assert float(rows[1]["Average Duration(us)"]) > 0
 
 
+def test_a_duration_cell_that_is_not_a_number_is_named_and_measured_again(pytester: pytest.Pytester, project: Path) -> None:
+    header = HEADER + ",Average Duration(us)"
+    write_csv(project / "MatMulV2.csv", header, [MATMUL_ROWS[0] + ",N/A", MATMUL_ROWS[1] + ",fast"])
+    result = run(pytester, project, "--update-mode", "missing-only", "-k", "MatMulV2")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        f"{project / 'MatMulV2.csv'}, row 3, column 'Average Duration(us)': 'fast' is not a duration; such a row "
+        "counts as having none and its duration is measured again"
+    ])
+    assert "'N/A'" not in result.stdout.str()  # the usual spelling of no value is not reported
+    assert all(float(row["Average Duration(us)"]) > 0 for row in read_rows(project / "MatMulV2.csv"))
+
+
 def test_update_mode_all_overwrites_existing_durations(pytester: pytest.Pytester, project: Path) -> None:
     header = HEADER + ",Average Duration(us)"
     write_csv(project / "MatMulV2.csv", header, [MATMUL_ROWS[0] + ",42.5"])
