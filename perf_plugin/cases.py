@@ -194,6 +194,26 @@ def unreadable_duration_note(table: CsvTable, path: Path) -> str | None:
     return error.describe()
 
 
+def extra_cells_note(table: CsvTable, path: Path) -> str | None:
+    """One line naming the first row with non-empty cells past the header's last column, if any.
+
+    Those cells belong to no column: they are kept as they are, but nothing reads them.
+    """
+    width = len(table.header)
+    rows = [index for index, cells in enumerate(table.rows) if any(cell.strip() for cell in cells[width:])]
+    if not rows:
+        return None
+    more = f" (and {len(rows) - 1} more such rows in this file)" if len(rows) > 1 else ""
+    cells = len(table.rows[rows[0]])
+    error = DatabaseError(
+        f"{cells} cells for {width} header columns{more}; the cells past the header belong to no column and are "
+        "kept as they are",
+        path=path,
+        row=table.line_of(rows[0]),
+    )
+    return error.describe()
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -230,9 +250,9 @@ def load_case_set(
                     Case(f"{kernel_type}-line{line}", kernel_type, path.name, line, "", STATUS_FILE_ERROR, error.describe())
                 )
             continue
-        note = unreadable_duration_note(table, path)
-        if note is not None:
-            result.messages.append(note)
+        for note in (unreadable_duration_note(table, path), extra_cells_note(table, path)):
+            if note is not None:
+                result.messages.append(note)
         replay = replay_lookup(kernel_type)
         seen: dict[str, int] = {}
         for index in range(len(table)):

@@ -130,6 +130,18 @@ def test_a_duration_cell_that_is_not_a_number_is_named_and_measured_again(pytest
     assert all(float(row["Average Duration(us)"]) > 0 for row in read_rows(project / "MatMulV2.csv"))
 
 
+def test_cells_past_the_header_are_named_and_kept(pytester: pytest.Pytester, project: Path) -> None:
+    path = write_csv(project / "MatMulV2.csv", HEADER, [MATMUL_ROWS[0] + ",stray,cells", MATMUL_ROWS[1] + ","])
+    result = run(pytester, project, "-k", "MatMulV2")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        f"{path}, row 2: 10 cells for 8 header columns; the cells past the header belong to no column and are kept as they are"
+    ])
+    assert "row 3:" not in result.stdout.str()  # an empty trailing cell is no stray cell
+    lines = path.read_text().splitlines()
+    assert lines[1].endswith(",stray,cells") and float(read_rows(path)[0]["Average Duration(us)"]) > 0
+
+
 def test_update_mode_all_overwrites_existing_durations(pytester: pytest.Pytester, project: Path) -> None:
     header = HEADER + ",Average Duration(us)"
     write_csv(project / "MatMulV2.csv", header, [MATMUL_ROWS[0] + ",42.5"])
