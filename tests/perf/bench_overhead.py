@@ -4,10 +4,13 @@ Both sides do the same replays (build inputs, verify once, warm up, timed repeat
 in-process profiler collector); the pytest side adds collection, fixtures, reports, result
 transport and write-back.  A third side runs N empty parametrized tests through the same pytest
 command without pytest's log capture, as a run of replay cases has it (no plugin work, no
-replay): pytest's own per-test cost on this host, the floor under the harness's overhead.  Each side runs in its own fresh process and is timed inside it, from
-just before the work starts (torch already imported) to just after it ends.  Also prints the
-peak RSS and peak device memory of the pytest process, so runs with different N show whether
-memory stays flat.
+replay): pytest's own per-test cost on this host, the floor under the harness's overhead.  Each
+side runs in its own fresh process and is timed inside it, three ways: the whole run (torch
+already imported), the marginal cost per case (a run of N cases minus one of N/2), and the
+steady state (each process timing its cases after the first tenth, so start-up, collection,
+first calls and write-back are left out; on noisy hosts the steadiest figure).  Also prints the
+time spent in the cyclic garbage collector per case, and the peak RSS and peak device memory of
+the pytest process, so runs with different N show whether memory stays flat.
 
     python tests/perf/bench_overhead.py --backend cpu --cases 1000 --repeats 30
     python tests/perf/bench_overhead.py --backend cuda --cases 3000 --repeats 30 --rounds 3
