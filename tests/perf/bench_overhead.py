@@ -167,6 +167,16 @@ def write_database(directory: Path, cases: int) -> None:
     (directory / "Add.csv").write_text("\n".join([HEADER, *rows]) + "\n")
 
 
+def small_cases(count: int) -> list:
+    """The cases of ``count`` small Add rows (``write_database``), loaded in this process."""
+    from perf_plugin.cases import load_case_set
+    from perf_plugin.replay.registry import get_replay
+
+    with tempfile.TemporaryDirectory() as tmp:
+        write_database(Path(tmp), count)
+        return load_case_set(Path(tmp), get_replay).cases
+
+
 def run_child(source: str, db: Path, backend: str, repeats: int, scratch: Path, cache_mode: str = "auto",
               env: dict[str, str] | None = None) -> dict:
     out = scratch / "out.json"
@@ -179,7 +189,7 @@ def run_child(source: str, db: Path, backend: str, repeats: int, scratch: Path, 
 
 def print_gc_share(gc_seconds: dict[str, list[list[float]]], extra_cases: int, last_counts: dict[str, list[int]]) -> None:
     """Time in the cyclic garbage collector per additional case (N minus N/2), by generation."""
-    print(f"cyclic GC per additional case, ms (medians), generations 0/1/2; collections in the last N-case run:")
+    print("cyclic GC per additional case, ms (medians), generations 0/1/2; collections in the last N-case run:")
     for side in ("bare", "pytest", "empty"):
         per_generation = [
             (median(run[g] for run in gc_seconds[side]) - median(run[g] for run in gc_seconds[f"{side}_half"]))

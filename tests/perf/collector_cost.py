@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_overhead import write_database  # noqa: E402
+from bench_overhead import small_cases  # noqa: E402
 
 
 class RepeatsOnly:
@@ -43,15 +42,11 @@ def main() -> int:
     args = parser.parse_args()
 
     from perf_plugin.backends.select import resolve_backend
-    from perf_plugin.cases import load_case_set
     from perf_plugin.profiling.torch_profiler import TorchProfilerCollector
-    from perf_plugin.replay.registry import get_replay
     from perf_plugin.replay.runner import ReplayRunner
 
     backend = resolve_backend(args.backend)
-    with tempfile.TemporaryDirectory() as tmp:
-        write_database(Path(tmp), args.cases)
-        cases = load_case_set(Path(tmp), get_replay).cases
+    cases = small_cases(args.cases)
 
     def timed(collector) -> float:  # type: ignore[no-untyped-def]
         runner = ReplayRunner(backend, collector, args.repeats, 5)

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_overhead import write_database  # noqa: E402
+from bench_overhead import small_cases  # noqa: E402
 
 from perf_plugin.profiling.torch_profiler import TorchProfilerCollector, _quiet_native_stderr, read_events  # noqa: E402
 
@@ -209,13 +208,9 @@ def main() -> int:
     args = parser.parse_args()
 
     from perf_plugin.backends.select import resolve_backend
-    from perf_plugin.cases import load_case_set
-    from perf_plugin.replay.registry import get_replay
 
     backend = resolve_backend(args.backend)
-    with tempfile.TemporaryDirectory() as tmp:
-        write_database(Path(tmp), args.cases)
-        cases = load_case_set(Path(tmp), get_replay).cases
+    cases = small_cases(args.cases)
     names = [n for n in args.variants.split(",") if n]
     if args.backend != "cuda":
         names = [n for n in names if n != "batch-filtered"]
