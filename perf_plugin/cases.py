@@ -26,6 +26,7 @@ from perf_plugin.database.paths import list_kernel_csvs
 from perf_plugin.database.schema import (
     DURATION_PREFERENCE,
     REQUIRED_IDENTITY_COLUMNS,
+    is_junk_duration,
     row_has_valid_duration,
 )
 from perf_plugin.database.shapes import split_slots
@@ -162,11 +163,6 @@ def header_problem(table: CsvTable, path: Path) -> DatabaseError | None:
     return None
 
 
-# Cells that say "no value" in real profiler exports; anything else that is not a number in a
-# duration column is reported.
-NOT_AVAILABLE = frozenset({"n/a", "na", "-"})
-
-
 def unreadable_duration_note(table: CsvTable, path: Path) -> str | None:
     """One line naming the first duration cell that is neither a number nor empty, if any.
 
@@ -178,8 +174,7 @@ def unreadable_duration_note(table: CsvTable, path: Path) -> str | None:
     for index in range(len(table)):
         for column in columns:
             value = table.get(index, column)
-            text = value.strip().strip('"').strip()
-            if text and text.lower() not in NOT_AVAILABLE and not _is_number(text):
+            if is_junk_duration(value):
                 found.append((index, column, value))
     if not found:
         return None
@@ -212,14 +207,6 @@ def extra_cells_note(table: CsvTable, path: Path) -> str | None:
         row=table.line_of(rows[0]),
     )
     return error.describe()
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def load_case_set(

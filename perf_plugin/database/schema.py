@@ -103,9 +103,17 @@ def ensure_added_columns(table: CsvTable, names: tuple[str, ...] = ADDED_COLUMNS
             table.insert_column(name)
 
 
+# Cells that say "no value" in real profiler exports, as opposed to junk in a duration column.
+NOT_AVAILABLE = frozenset({"n/a", "na", "-"})
+
+
+def _cell_text(value: str) -> str:
+    return value.strip().strip('"').strip()
+
+
 def parse_duration(value: str) -> float | None:
     """A positive, finite duration from a cell, or None for empty / N/A / zero / junk."""
-    text = value.strip().strip('"').strip()
+    text = _cell_text(value)
     if not text:
         return None
     try:
@@ -115,6 +123,18 @@ def parse_duration(value: str) -> float | None:
     if number != number or number in (float("inf"), float("-inf")) or number <= 0:
         return None
     return number
+
+
+def is_junk_duration(value: str) -> bool:
+    """A duration cell that is neither empty, a "no value" spelling, nor a number."""
+    text = _cell_text(value)
+    if not text or text.lower() in NOT_AVAILABLE:
+        return False
+    try:
+        float(text)
+    except ValueError:
+        return True
+    return False
 
 
 def row_has_valid_duration(table: CsvTable, row: int) -> bool:

@@ -226,9 +226,7 @@ def attribute_by_markers(
             )
             continue
         for repeat, run in enumerate(runs):
-            timing = timings.setdefault((span.number, repeat), RepeatTiming())
-            for kernel in run:
-                timing.add(kernel.name, kernel.duration_ns)
+            timings[(span.number, repeat)] = _timing_of(run)
     error = None
     if seen != len(segments):
         error = f"the profiler returned {seen} marker kernels for {len(segments)} launched: events were lost"
