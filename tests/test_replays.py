@@ -24,7 +24,7 @@ from perf_plugin.replay.elementwise import AddReplay
 from perf_plugin.replay.matmul import MatMulReplay
 from perf_plugin.replay.memory import TensorMoveReplay, derive_perm
 from perf_plugin.replay.registry import get_replay
-from perf_plugin.replay.tensors import KernelRow, kernel_row_from_cells
+from perf_plugin.replay.tensors import KernelRow, TensorSpec, kernel_row_from_cells, random_tensor
 from perf_plugin.replay.verify import (
     VerificationError,
     check_output_specs,
@@ -224,6 +224,22 @@ def test_row_builds_and_produces_the_recorded_outputs(kernel_type: str, cells: d
     assert [tuple(o.shape) for o in outputs] == _expected_output_shapes(cells)
     out_dtypes = [t for t in cells["Output Data Types"].split(";") if t]
     assert [o.dtype for o in outputs] == [TORCH_DTYPES[t] for t in out_dtypes]
+
+
+@pytest.mark.parametrize("dtype", ["FLOAT", "DT_BF16", "FLOAT16"])
+def test_random_floats_are_bounded_away_from_zero_with_random_signs(dtype: str) -> None:
+    spec = TensorSpec((256, 1024), dtype.removeprefix("DT_"))
+    values = random_tensor(spec, "cpu", torch.Generator().manual_seed(7))
+    assert values.dtype == spec.torch_dtype() and tuple(values.shape) == spec.shape
+    magnitudes = values.float().abs()
+    # bf16 rounds 1.5 - eps up to 1.5
+    assert float(magnitudes.min()) >= 0.5 and float(magnitudes.max()) <= 1.5
+    assert 0.45 < float(values.lt(0).float().mean()) < 0.55  # signs are drawn, not fixed
+    assert 0.95 < float(magnitudes.mean()) < 1.05  # magnitudes spread over [0.5, 1.5)
+    again = random_tensor(spec, "cpu", torch.Generator().manual_seed(7))
+    assert torch.equal(values, again), "the same seed must give the same inputs"
+    other = random_tensor(spec, "cpu", torch.Generator().manual_seed(8))
+    assert not torch.equal(values, other)
 
 
 @pytest.mark.parametrize(("kernel_type", "cells"), _params(NUMERIC_ROWS))
