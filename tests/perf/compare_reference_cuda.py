@@ -15,7 +15,7 @@ For about a dozen kernels from ~2 us to ~5 ms:
 
 Prints one table: harness, CUPTI, ratio, ncu, ratio, CUPTI @start, ratio.  Target: within 2 %.
 
-    python tests/perf/compare_reference_cuda.py [--repeats 50] [--rounds 3] [--no-ncu] [--with-markers] [--busy-ms 200]
+    python tests/perf/compare_reference_cuda.py [--repeats 50] [--rounds 3] [--no-ncu] [--with-markers] [--busy-ms 200] [--idle-ms 3000]
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ import time
 iters, with_markers = int(sys.argv[1]), sys.argv[2] == "markers"
 setups = json.load(open(sys.argv[3]))
 busy_ms = float(sys.argv[4])
+idle_ms = float(sys.argv[5])
 
 WARMUP = 5
 
@@ -133,6 +134,10 @@ for name, setup in setups.items():
     while time.perf_counter() < deadline:
         for _ in range(20): fn()
         torch.cuda.synchronize()
+    # Optionally leave the GPU idle for idle_ms first, as the harness's case leaves it while the
+    # CPU computes the float64 reference (seconds for a large GEMM): a kernel timed right after
+    # the previous kernel's loop inherits its power and thermal state.
+    time.sleep(idle_ms / 1000.0)
     plain = timed(fn, None)
     at_start = timed_at_start(fn)
     marked = timed(fn, torch.cuda._sleep) if with_markers else float("nan")
@@ -186,7 +191,8 @@ def harness_order() -> list[Kernel]:
     return sorted(KERNELS, key=lambda kernel: f"{kernel.kernel_type}.csv")  # stable: rows keep their order
 
 
-def cupti_references(iters: int, scratch: Path, with_markers: bool, busy_ms: float = 0.0) -> dict[str, tuple[float, float, float]]:
+def cupti_references(iters: int, scratch: Path, with_markers: bool, busy_ms: float = 0.0,
+                     idle_ms: float = 0.0) -> dict[str, tuple[float, float, float]]:
     """Every kernel in one bare process, one profiler session each: (plain, with markers, session
     started at the first timed call) in us.
 
@@ -198,7 +204,7 @@ def cupti_references(iters: int, scratch: Path, with_markers: bool, busy_ms: flo
     script = scratch / "cupti_all.py"
     script.write_text(BARE_CUPTI)
     out = subprocess.run([sys.executable, str(script), str(iters), "markers" if with_markers else "none", str(setups),
-                          str(busy_ms)],
+                          str(busy_ms), str(idle_ms)],
                          capture_output=True, text=True, check=True).stdout
     result: dict[str, tuple[float, float, float]] = {}
     for line in out.splitlines():
@@ -242,6 +248,9 @@ def main() -> int:
                         help="the harness's cache mode; warm (default) matches the references' back-to-back loops")
     parser.add_argument("--busy-ms", type=float, default=0.0,
                         help="the CUPTI reference first runs each kernel for this long, untimed (GPU clock ramp-up)")
+    parser.add_argument("--idle-ms", type=float, default=0.0,
+                        help="the CUPTI reference first leaves the GPU idle this long before each kernel "
+                             "(as the harness does while it verifies a case on the CPU)")
     parser.add_argument("--with-markers", action="store_true",
                         help="also the bare loop with a marker kernel before every call (the harness's --repeat-markers)")
     args = parser.parse_args()
@@ -257,9 +266,9 @@ def main() -> int:
         # printed next to them: a ratio inside the spreads is noise.
         for round_number in range(args.rounds):
             harness_runs.append(harness_durations(args.repeats, scratch, args.cache_mode, round_number))
-            reference_runs.append(cupti_references(args.repeats, scratch, args.with_markers, args.busy_ms))
+            reference_runs.append(cupti_references(args.repeats, scratch, args.with_markers, args.busy_ms, args.idle_ms))
         print(f"{args.rounds} round(s), {args.repeats} repeats, harness cache mode {args.cache_mode}, "
-              f"reference busy {args.busy_ms:g} ms first; "
+              f"reference busy {args.busy_ms:g} ms, idle {args.idle_ms:g} ms first; "
               f"medians, spread = (max - min) / median")
         marker_head = f"{'CUPTI+mk us':>12}{'ratio':>8}" if args.with_markers else ""
         print(f"{'kernel':24}{'harness us':>12}{'spread':>8}{'CUPTI us':>12}{'spread':>8}{'ratio':>8}{'ncu us':>12}"
