@@ -178,15 +178,20 @@ def _write_file(
             touched.add(row)
     summary.rows_updated = len(touched) - summary.rows_appended
 
+    # each row's signature as the index computed it (identity cells are never written here)
+    key_of = {i: key for key, rows in index.items() for i in rows}
+
+    def signature_of(i: int) -> str:
+        key = key_of.get(i)
+        return key if key is not None else signature_text(row_signature(kernel_type, table.row_dict(i)))
+
     doomed: list[tuple[int, str]] = []
     by_line = {table.line_of(i): i for i in range(len(table))}
     for item in quarantined:
         i = by_line.get(item.row_line)
         if i is None or i in touched:
             continue
-        if item.signature_key and item.signature_key != signature_text(
-            row_signature(kernel_type, table.row_dict(i))
-        ):
+        if item.signature_key and item.signature_key != signature_of(i):
             continue  # the file changed since collection: leave the row where it is
         doomed.append((i, item.reason))
     if doomed:
@@ -197,7 +202,7 @@ def _write_file(
         GapRow(
             csv_file,
             table.line_of(i),
-            signature_text(row_signature(kernel_type, table.row_dict(i))),
+            signature_of(i),
             parse_duration(table.get(i, MICROBENCH_AVERAGE)),
             parse_duration(table.get(i, PROFILING_AVERAGE)),
         )

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from perf_plugin.database.signature import row_signature, signature_text
+
 BENCH_TEST = (Path(__file__).parents[1] / "bench" / "test_kernels.py").read_text()
 HEADER = "OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"
 
@@ -97,6 +99,23 @@ def test_run_writes_durations_back_and_reports(pytester: pytest.Pytester, projec
     assert header.index("Average Duration(us)") == 8  # after the identity columns
     reports = sorted(p.name.split("_")[0] for p in (project / "reports").iterdir())
     assert reports == ["duration", "replay", "run"]
+
+
+def test_gap_report_names_each_measured_row_by_line_and_signature(pytester: pytest.Pytester, project: Path) -> None:
+    header = HEADER + ",Average Duration(us)"
+    # a blank line first: the rows' lines are 3 and 4, not their indices
+    write_csv(project / "MatMulV2.csv", header, [",,,,,,,,", MATMUL_ROWS[0] + ",", MATMUL_ROWS[1] + ",7.5"])
+    result = run(pytester, project, "-k", "MatMulV2")
+    result.assert_outcomes(passed=2)
+    expected = {
+        (str(line), signature_text(row_signature("MatMulV2", row)))
+        for line, row in enumerate(read_rows(project / "MatMulV2.csv"), start=2)
+        if row["Input Shapes"]
+    }
+    (gap_file,) = (project / "reports").glob("duration_gap_*.csv")
+    gaps = read_rows(gap_file)
+    assert {(g["line"], g["signature"]) for g in gaps} == expected and len(expected) == 2
+    assert {g["line"] for g in gaps} == {"3", "4"}
 
 
 def test_k_selects_one_kernel_type_and_leaves_others_untouched(pytester: pytest.Pytester, project: Path) -> None:
