@@ -242,6 +242,20 @@ def test_random_floats_are_bounded_away_from_zero_with_random_signs(dtype: str) 
     assert not torch.equal(values, other)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_random_half_precision_tensor_peaks_at_one_and_a_half_times_its_bytes_on_cuda() -> None:
+    # drawn in its own dtype: the tensor plus its int8 signs, no float32 copy (that held 3x)
+    spec = TensorSpec((8192, 8192), "BF16")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    values = random_tensor(spec, "cuda", torch.Generator(device="cuda").manual_seed(0))
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    assert spec.nbytes <= peak <= 1.5 * spec.nbytes
+    assert torch.cuda.memory_allocated() - before == spec.nbytes and values.dtype == torch.bfloat16
+
+
 @pytest.mark.parametrize(("kernel_type", "cells"), _params(NUMERIC_ROWS))
 def test_row_matches_its_reference_on_cpu(kernel_type: str, cells: dict[str, str]) -> None:
     replay = get_replay(kernel_type)
