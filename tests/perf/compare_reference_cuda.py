@@ -15,7 +15,7 @@ For about a dozen kernels from ~2 us to ~5 ms:
 
 Prints one table: harness, CUPTI, ratio, ncu, ratio, CUPTI @start, ratio.  Target: within 2 %.
 
-    python tests/perf/compare_reference_cuda.py [--repeats 50] [--rounds 3] [--no-ncu] [--with-markers] [--busy-ms 200] [--idle-ms 3000]
+    python tests/perf/compare_reference_cuda.py [--repeats 50] [--rounds 3] [--no-ncu] [--with-markers] [--busy-ms 200] [--idle-ms 3000] [--verify-first]
 """
 
 from __future__ import annotations
@@ -87,11 +87,27 @@ BARE_CUPTI = BARE_PRELUDE + """
 import json
 from torch.profiler import profile, ProfilerActivity
 from torch.autograd import DeviceType
-import time
+import time, types
 iters, with_markers = int(sys.argv[1]), sys.argv[2] == "markers"
 setups = json.load(open(sys.argv[3]))
 busy_ms = float(sys.argv[4])
 idle_ms = float(sys.argv[5])
+verify_first = sys.argv[6] == "verify"
+
+def verify_on_host(name, fn, namespace):
+    # The check a user runs before timing a kernel: the same call on float64 host copies of
+    # its inputs (the lambda's code run against host globals), relative error of the norm.
+    # Like the harness's verification it leaves the GPU idle for as long as the host takes.
+    host = dict(namespace)
+    for key, value in namespace.items():
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu()
+            host[key] = value.double() if value.is_floating_point() else value
+    out = fn().detach().cpu().double()
+    ref = types.FunctionType(fn.__code__, host)().double()
+    error = float((out - ref).norm() / ref.norm())
+    if not error < 2e-2:
+        raise SystemExit(f"{name}: relative error {error:.3e} against float64 on the host")
 
 WARMUP = 5
 
@@ -134,6 +150,8 @@ for name, setup in setups.items():
     while time.perf_counter() < deadline:
         for _ in range(20): fn()
         torch.cuda.synchronize()
+    if verify_first:
+        verify_on_host(name, fn, namespace)
     # Optionally leave the GPU idle for idle_ms first, as the harness's case leaves it while the
     # CPU computes the float64 reference (seconds for a large GEMM): a kernel timed right after
     # the previous kernel's loop inherits its power and thermal state.
@@ -192,7 +210,7 @@ def harness_order() -> list[Kernel]:
 
 
 def cupti_references(iters: int, scratch: Path, with_markers: bool, busy_ms: float = 0.0,
-                     idle_ms: float = 0.0) -> dict[str, tuple[float, float, float]]:
+                     idle_ms: float = 0.0, verify_first: bool = False) -> dict[str, tuple[float, float, float]]:
     """Every kernel in one bare process, one profiler session each: (plain, with markers, session
     started at the first timed call) in us.
 
@@ -204,7 +222,7 @@ def cupti_references(iters: int, scratch: Path, with_markers: bool, busy_ms: flo
     script = scratch / "cupti_all.py"
     script.write_text(BARE_CUPTI)
     out = subprocess.run([sys.executable, str(script), str(iters), "markers" if with_markers else "none", str(setups),
-                          str(busy_ms), str(idle_ms)],
+                          str(busy_ms), str(idle_ms), "verify" if verify_first else "none"],
                          capture_output=True, text=True, check=True).stdout
     result: dict[str, tuple[float, float, float]] = {}
     for line in out.splitlines():
@@ -251,6 +269,9 @@ def main() -> int:
     parser.add_argument("--idle-ms", type=float, default=0.0,
                         help="the CUPTI reference first leaves the GPU idle this long before each kernel "
                              "(as the harness does while it verifies a case on the CPU)")
+    parser.add_argument("--verify-first", action="store_true",
+                        help="the CUPTI reference first checks each kernel against float64 on the host, "
+                             "as the harness does (the GPU idles for as long as that takes)")
     parser.add_argument("--with-markers", action="store_true",
                         help="also the bare loop with a marker kernel before every call (the harness's --repeat-markers)")
     args = parser.parse_args()
@@ -266,9 +287,11 @@ def main() -> int:
         # printed next to them: a ratio inside the spreads is noise.
         for round_number in range(args.rounds):
             harness_runs.append(harness_durations(args.repeats, scratch, args.cache_mode, round_number))
-            reference_runs.append(cupti_references(args.repeats, scratch, args.with_markers, args.busy_ms, args.idle_ms))
+            reference_runs.append(cupti_references(args.repeats, scratch, args.with_markers, args.busy_ms, args.idle_ms,
+                                                   args.verify_first))
         print(f"{args.rounds} round(s), {args.repeats} repeats, harness cache mode {args.cache_mode}, "
-              f"reference busy {args.busy_ms:g} ms, idle {args.idle_ms:g} ms first; "
+              f"reference busy {args.busy_ms:g} ms, idle {args.idle_ms:g} ms, "
+              f"{'verified on the host' if args.verify_first else 'not verified'} first; "
               f"medians, spread = (max - min) / median")
         marker_head = f"{'CUPTI+mk us':>12}{'ratio':>8}" if args.with_markers else ""
         print(f"{'kernel':24}{'harness us':>12}{'spread':>8}{'CUPTI us':>12}{'spread':>8}{'ratio':>8}{'ncu us':>12}"

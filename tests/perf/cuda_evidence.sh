@@ -14,6 +14,7 @@
 # (OVERHEAD_ROUNDS and OVERHEAD_CASES set the overhead steps' rounds and rows, default 2 and 2000)
 #   reference  compare_reference_cuda.py: harness vs CUPTI trace of a bare script, and ncu
 #   reference-idle  the same, the GPU left idle 3 s before each kernel's reference (no ncu)
+#   reference-verify  the same, each kernel's reference checked against float64 on the host first (no ncu)
 #   kineto     kineto_config_cost.py: Kineto settings that might shrink a session of small kernels
 #   profile    overhead_profile.py: where a small case's time goes, bare loop vs pytest, under cProfile
 #   memory     bench_overhead.py --memory-only at 1,000 and 10,000 small rows: peak RSS and device memory
@@ -72,6 +73,9 @@ for step in "${steps[@]}"; do
         reference-idle)
             run reference-idle python tests/perf/compare_reference_cuda.py --repeats 50 --rounds "${REFERENCE_ROUNDS:-2}" \
                 --idle-ms 3000 --no-ncu ;;
+        reference-verify)
+            run reference-verify python tests/perf/compare_reference_cuda.py --repeats 50 --rounds "${REFERENCE_ROUNDS:-2}" \
+                --verify-first --no-ncu ;;
         kineto)
             run kineto python tests/perf/kineto_config_cost.py ;;
         profile)
