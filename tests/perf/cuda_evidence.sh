@@ -20,6 +20,7 @@
 #   memory     bench_overhead.py --memory-only at 1,000 and 10,000 small rows: peak RSS and device memory
 #   delimiting repeat_delimiting_effect.py: durations with one marker pair per case vs one per repeat
 #   inputs     reference_input_sensitivity.py: a short kernel's duration on two same-distribution inputs
+#   session-style  reference_session_style.py: a bare loop's session started before or after its warm-up calls
 # A full run takes 10-15 minutes on an H100 host; give a few steps per call where a time limit applies.
 set -uo pipefail
 out=${1:?usage: cuda_evidence.sh OUTDIR [STEP ...]}
@@ -86,6 +87,8 @@ for step in "${steps[@]}"; do
             run delimiting python tests/perf/repeat_delimiting_effect.py --backend cuda --cases 400 ;;
         inputs)
             run inputs python tests/perf/reference_input_sensitivity.py --runs 4 ;;
+        session-style)
+            run session-style python tests/perf/reference_session_style.py ;;
         *)
             echo "unknown step $step" >&2
             exit 2 ;;
