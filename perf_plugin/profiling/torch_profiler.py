@@ -20,8 +20,9 @@ profiler stops, the raw Kineto events are attributed to (case, repeat) pairs
   3.5-4 %, the range's own work landing between the ops (``tests/perf/repeat_delimiting_effect.py``).
   Collection is switched off outside the timed repeats (``toggle_collection_dynamic``): a
   case's input generation, verification and warm-up would otherwise record about twice the
-  timed repeats' events, and reading events back is most of the profiler's cost (on a 2-core x86 host: 0.94 instead of 1.93 ms per small case, and the
-  op durations 0.05 us (3 %) longer than with collection always on;
+  timed repeats' events, and reading events back is most of the profiler's cost (on a 2-core
+  x86 host: 0.94 instead of 1.93 ms per small case, and the op durations 0.05 us (3 %) longer
+  than with collection always on;
   ``tests/perf/collector_variants.py``).  CUDA keeps collection on for the whole batch: toggling
   CUDA activity has not been shown to work there (on torch 2.11 a toggled session returned no
   events at all).

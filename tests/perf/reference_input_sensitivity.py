@@ -15,27 +15,40 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 WARMUP = 5
 ITERS = 50
 
 
-def device_us_per_call(function: Callable[[], object]) -> float:
+def session_durations_us(function: Callable[[], object], calls: int) -> list[float]:
+    """Device durations of the kernels of ``calls`` calls in one profiler session, in launch order."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(WARMUP + ITERS):
-            function()
-        torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events.*", category=UserWarning)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                function()
+            torch.cuda.synchronize()
     events = sorted(
         (e for e in prof.profiler.kineto_results.events() if e.device_type() == DeviceType.CUDA),
         key=lambda e: e.correlation_id(),
     )
-    per_call = len(events) // (WARMUP + ITERS)
-    return sum(e.duration_ns() for e in events[WARMUP * per_call :]) / 1000.0 / ITERS
+    return [e.duration_ns() / 1000.0 for e in events]
+
+
+def device_us_per_call(function: Callable[[], object]) -> float:
+    durations = session_durations_us(function, WARMUP + ITERS)
+    per_call = len(durations) // (WARMUP + ITERS)
+    return sum(durations[WARMUP * per_call :]) / ITERS
 
 
 def reference_style(shape: tuple[int, ...], dtype: "torch.dtype") -> "torch.Tensor":

@@ -16,51 +16,25 @@ session's shape.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
-import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
 
-if TYPE_CHECKING:
-    import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-WARMUP = 5
-ITERS = 50
-
-
-def reference_input(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    import torch
-
-    sign = torch.randint(0, 2, shape, device="cuda") * 2 - 1
-    return ((torch.rand(shape, device="cuda") + 0.5) * sign).to(dtype)
-
-
-def session_durations_us(function: Callable[[], object], calls: int) -> list[float]:
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*Profiler clears events.*", category=UserWarning)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                function()
-            torch.cuda.synchronize()
-    events = sorted(
-        (e for e in prof.profiler.kineto_results.events() if e.device_type() == DeviceType.CUDA),
-        key=lambda e: e.correlation_id(),
-    )
-    return [e.duration_ns() / 1000.0 for e in events]
+from reference_input_sensitivity import ITERS, WARMUP, reference_style, session_durations_us  # noqa: E402
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     import torch
 
     kernels: dict[str, Callable[[], Callable[[], object]]] = {
-        "cast": lambda: (lambda x: lambda: x.to(torch.float32))(reference_input((1, 4096, 1024), torch.bfloat16)),
+        "cast": lambda: (lambda x: lambda: x.to(torch.float32))(reference_style((1, 4096, 1024), torch.bfloat16)),
         "mixed-add": lambda: (lambda x, y: lambda: x.add(y))(
-            reference_input((4096, 1024), torch.float32), reference_input((4096, 1024), torch.bfloat16)
+            reference_style((4096, 1024), torch.float32), reference_style((4096, 1024), torch.bfloat16)
         ),
     }
     for name, make in kernels.items():
