@@ -38,6 +38,7 @@ from perf_plugin.database.signature import (
 from perf_plugin.database.table import CsvTable
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.tensors import KernelRow, kernel_row_from_cells
+from perf_plugin.results import CaseRef
 
 STATUS_READY = "ready"
 STATUS_QUARANTINED = "quarantined"  # row is bad or unreplayable: moved aside at write-back
@@ -50,11 +51,7 @@ MAX_ID_LENGTH = 120
 
 @dataclass(frozen=True)
 class Case:
-    case_id: str
-    kernel_type: str
-    csv_file: str
-    row_line: int | None
-    signature_key: str
+    ref: CaseRef
     status: str
     reason: str = ""
     row: KernelRow | None = None
@@ -117,8 +114,10 @@ def _row_case(
     csv_file = table.path.name if table.path else f"{kernel_type}.csv"
     signature_key = signature_text(row_signature(kernel_type, cells))
 
+    ref = CaseRef(base_id, kernel_type, csv_file, line, signature_key)
+
     def case(status: str, reason: str = "", row: KernelRow | None = None) -> Case:
-        return Case(base_id, kernel_type, csv_file, line, signature_key, status, reason, row)
+        return Case(ref, status, reason, row)
 
     try:
         row = kernel_row_from_cells(kernel_type, cells)
@@ -233,9 +232,8 @@ def load_case_set(
                 if table.is_blank(index):
                     continue
                 line = table.line_of(index)
-                result.cases.append(
-                    Case(f"{kernel_type}-line{line}", kernel_type, path.name, line, "", STATUS_FILE_ERROR, error.describe())
-                )
+                ref = CaseRef(f"{kernel_type}-line{line}", kernel_type, path.name, line, "")
+                result.cases.append(Case(ref, STATUS_FILE_ERROR, error.describe()))
             continue
         for note in (unreadable_duration_note(table, path), extra_cells_note(table, path)):
             if note is not None:
@@ -247,13 +245,10 @@ def load_case_set(
                 continue
             case, base_id = _row_case(kernel_type, table, index, replay, update_mode)
             seen[base_id] = seen.get(base_id, 0) + 1
-            changes: dict[str, str] = {}
             if seen[base_id] > 1:
-                changes["case_id"] = f"{base_id}#{seen[base_id]}"
+                case = dataclasses.replace(case, ref=dataclasses.replace(case.ref, case_id=f"{base_id}#{seen[base_id]}"))
             if replay is not None:
-                changes["replay_kernel_type"] = replay_type(kernel_type)
-            if changes:
-                case = dataclasses.replace(case, **changes)
+                case = dataclasses.replace(case, replay_kernel_type=replay_type(kernel_type))
             result.cases.append(case)
     return result
 
@@ -261,8 +256,8 @@ def load_case_set(
 def as_params(case_set: CaseSet) -> list["pytest.ParameterSet"]:
     params = []
     for case in case_set.cases:
-        marks = [pytest.mark.kernel_type(case.kernel_type)]
+        marks = [pytest.mark.kernel_type(case.ref.kernel_type)]
         if not case.runnable:
             marks.append(pytest.mark.skip(reason=f"{case.status}: {case.reason}"))
-        params.append(pytest.param(case, id=case.case_id, marks=marks))
+        params.append(pytest.param(case, id=case.ref.case_id, marks=marks))
     return params

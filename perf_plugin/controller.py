@@ -55,7 +55,7 @@ def merged_results(state: RunState) -> list[CaseResult]:
     """
     results = dict(state.results)
     for record in state.records.values():
-        if record.case_id in results:
+        if record.ref.case_id in results:
             continue
         if record.status in _STATUS_OUTCOME:
             outcome = _STATUS_OUTCOME[record.status]
@@ -63,15 +63,8 @@ def merged_results(state: RunState) -> list[CaseResult]:
             outcome = OUTCOME_FAILED
         else:
             outcome = OUTCOME_SKIPPED
-        results[record.case_id] = CaseResult(
-            case_id=record.case_id,
-            kernel_type=record.kernel_type,
-            csv_file=record.csv_file,
-            row_line=record.row_line,
-            signature_key=record.signature_key,
-            outcome=outcome,
-            reason=record.reason or record.message,
-            backend=state.backend_name,
+        results[record.ref.case_id] = CaseResult(
+            record.ref, outcome, reason=record.reason or record.message, backend=state.backend_name
         )
     return [results[k] for k in sorted(results)]
 
@@ -87,11 +80,7 @@ def device_ids(state: RunState) -> list[int]:
 
 
 def quarantined_rows(state: RunState) -> list[QuarantinedRow]:
-    return [
-        QuarantinedRow(r.csv_file, r.row_line, r.reason, r.kernel_type, r.signature_key)
-        for r in state.records.values()
-        if r.status == STATUS_QUARANTINED
-    ]
+    return [QuarantinedRow(r.ref, r.reason) for r in state.records.values() if r.status == STATUS_QUARANTINED]
 
 
 def build_summary(state: RunState, command: list[str]) -> RunSummary:
@@ -148,7 +137,7 @@ def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None
         )
         try:
             files, gaps = write_back(
-                request, summary.results, summary.quarantined, scope={r.csv_file for r in records}
+                request, summary.results, summary.quarantined, scope={r.ref.csv_file for r in records}
             )
         except (DatabaseError, OSError) as exc:
             outcome.writeback_failed = True

@@ -30,7 +30,7 @@ class KernelCoverage:
 def coverage_by_kernel(records: Iterable[CaseRecord]) -> dict[str, KernelCoverage]:
     table: dict[str, KernelCoverage] = {}
     for record in records:
-        entry = table.setdefault(record.kernel_type, KernelCoverage(record.kernel_type))
+        entry = table.setdefault(record.ref.kernel_type, KernelCoverage(record.ref.kernel_type))
         entry.selected += 1
         if record.status == STATUS_READY:
             entry.with_replay += 1

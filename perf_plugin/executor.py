@@ -31,15 +31,6 @@ class CaseExecutor:
             pytest.skip(str(exc))
         except CaseFailure as exc:
             self.state.outbox.append(
-                CaseResult(
-                    case_id=case.case_id,
-                    kernel_type=case.kernel_type,
-                    csv_file=case.csv_file,
-                    row_line=case.row_line,
-                    signature_key=case.signature_key,
-                    outcome=OUTCOME_FAILED,
-                    reason=str(exc),
-                    backend=self.runner.backend.name,
-                )
+                CaseResult(case.ref, OUTCOME_FAILED, reason=str(exc), backend=self.runner.backend.name)
             )
-            pytest.fail(f"{case.case_id}: {exc}", pytrace=False)
+            pytest.fail(f"{case.ref.case_id}: {exc}", pytrace=False)

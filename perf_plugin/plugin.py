@@ -6,6 +6,7 @@ are pytest-xdist's worker processes; without xdist the controller also runs the 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
@@ -283,20 +284,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     state = item.config.stash.get(RUN_STATE, None)
     if case is None or state is None or call.when != "teardown":
         return report
-    report.user_properties.append(
-        (
-            CASE_PROPERTY,
-            {
-                "case_id": case.case_id,
-                "kernel_type": case.kernel_type,
-                "csv_file": case.csv_file,
-                "row_line": case.row_line,
-                "status": case.status,
-                "reason": case.reason,
-                "signature_key": case.signature_key,
-            },
-        )
-    )
+    report.user_properties.append((CASE_PROPERTY, CaseRecord(case.ref, case.status, case.reason).to_json()))
     if state.collector is not None and not state.heap_refrozen:
         state.heap_refrozen = True
         _freeze_heap(item.config)
@@ -339,7 +327,8 @@ class ControllerHooks:
             outcome = self.outcomes.get(report.nodeid, report.outcome)
             if report.failed:
                 outcome = "failed"
-            state.records[report.nodeid] = CaseRecord(**properties[CASE_PROPERTY], outcome=outcome)
+            record = CaseRecord.from_json(properties[CASE_PROPERTY])
+            state.records[report.nodeid] = dataclasses.replace(record, outcome=outcome)
         for data in properties.get(RESULTS_PROPERTY, []):
             _add_result(state, CaseResult.from_json(data))
         for note in properties.get(NOTES_PROPERTY, []):
@@ -397,17 +386,14 @@ class ControllerHooks:
         for item in session.items:
             case = _case_of(item)
             if case is not None:
-                self.state.records[item.nodeid] = CaseRecord(
-                    case.case_id, case.kernel_type, case.csv_file, case.row_line, case.status, case.reason,
-                    case.signature_key,
-                )
+                self.state.records[item.nodeid] = CaseRecord(case.ref, case.status, case.reason)
 
 
 def _add_result(state: RunState, result: CaseResult) -> None:
-    previous = state.results.get(result.case_id)
+    previous = state.results.get(result.ref.case_id)
     if previous is not None and previous.outcome == "failed" and not result.has_duration:
         return
-    state.results[result.case_id] = result
+    state.results[result.ref.case_id] = result
 
 
 @pytest.hookimpl(trylast=True)

@@ -1,8 +1,10 @@
 """Plain data that travels from a replay case to write-back and reports.
 
-``CaseResult`` is what one case produced.  It is JSON-serialisable through ``to_json`` /
-``from_json`` because with pytest-xdist it travels from a worker to the controller inside the
-test report's ``user_properties``.
+``CaseRef`` is which database row a case is: made once when the row is collected (its
+signature computed then) and carried unchanged by everything downstream, up to the CSV cell the
+measurement lands in.  ``CaseResult`` is what one case produced.  Both are JSON-serialisable
+through ``to_json`` / ``from_json`` because with pytest-xdist they travel from a worker to the
+controller inside the test report's ``user_properties``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,37 @@ OUTCOME_QUARANTINED = "quarantined"
 OUTCOME_NO_REPLAY = "no-replay"
 
 
+@dataclass(frozen=True, slots=True)
+class CaseRef:
+    """The identity of one case: the row it replays and how a measurement finds that row again."""
+
+    case_id: str  # the pytest parameter id (kernel type, shapes, dtypes; ``#2`` for a repeat)
+    kernel_type: str  # the CSV (kernel type) the row is in
+    csv_file: str  # file name inside the database directory
+    row_line: int | None  # 1-based line of the row; None for a measurement no row produced
+    signature_key: str  # ``signature_text`` of the row, computed once at collection
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "case_id": self.case_id,
+            "kernel_type": self.kernel_type,
+            "csv_file": self.csv_file,
+            "row_line": self.row_line,
+            "signature_key": self.signature_key,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "CaseRef":
+        line = data.get("row_line")
+        return cls(
+            str(data["case_id"]),
+            str(data["kernel_type"]),
+            str(data["csv_file"]),
+            None if line is None else int(line),
+            str(data["signature_key"]),
+        )
+
+
 @dataclass(frozen=True)
 class KernelTime:
     """One device kernel (or CPU op) the case launched: mean duration per repeat and calls per repeat."""
@@ -30,11 +63,7 @@ class KernelTime:
 
 @dataclass(frozen=True)
 class CaseResult:
-    case_id: str
-    kernel_type: str  # the CSV (kernel type) the case came from
-    csv_file: str  # file name inside the database directory
-    row_line: int | None  # 1-based line of the source row, None for generated cases
-    signature_key: str  # signature_text of the row, used to match rows at write-back
+    ref: CaseRef
     outcome: str
     reason: str = ""
     backend: str = ""
@@ -56,6 +85,7 @@ class CaseResult:
     def to_json(self) -> dict[str, Any]:
         # by hand rather than dataclasses.asdict, whose deep copy costs ~0.15 ms per result
         data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["ref"] = self.ref.to_json()
         data["samples_us"] = list(self.samples_us)
         data["kernels"] = [
             {"name": k.name, "mean_us": k.mean_us, "calls_per_repeat": k.calls_per_repeat} for k in self.kernels
@@ -67,6 +97,7 @@ class CaseResult:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "CaseResult":
         values = dict(data)
+        values["ref"] = CaseRef.from_json(values["ref"])
         values["samples_us"] = tuple(values.get("samples_us", ()))
         values["kernels"] = tuple(KernelTime(**k) for k in values.get("kernels", ()))
         return cls(**values)
@@ -101,13 +132,13 @@ class SampleStats:
 
 @dataclass(frozen=True)
 class QuarantinedRow:
-    """A database row that could not become a replay case, and why."""
+    """A database row that could not become a replay case, and why.
 
-    csv_file: str
-    row_line: int | None
+    The ref's signature guards against the file having changed since collection.
+    """
+
+    ref: CaseRef
     reason: str
-    kernel_type: str = ""
-    signature_key: str = ""  # guards against the file having changed since collection
 
 
 @dataclass

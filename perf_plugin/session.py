@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from perf_plugin.database.paths import DatabaseLocation
 from perf_plugin.options import Settings
-from perf_plugin.results import CaseResult
+from perf_plugin.results import CaseRef, CaseResult
 
 if TYPE_CHECKING:
     from perf_plugin.backends.base import Backend
@@ -23,19 +23,34 @@ if TYPE_CHECKING:
     from perf_plugin.profiling.collector import Collector
 
 
-@dataclass
+@dataclass(frozen=True)
 class CaseRecord:
     """What the controller learns about one selected compute case from its reports."""
 
-    case_id: str
-    kernel_type: str
-    csv_file: str
-    row_line: int | None
-    status: str
+    ref: CaseRef
+    status: str  # the case's collection status (ready, no-replay, quarantined ...)
     reason: str
-    signature_key: str
     outcome: str = ""  # passed / failed / skipped (from the test reports)
     message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ref": self.ref.to_json(),
+            "status": self.status,
+            "reason": self.reason,
+            "outcome": self.outcome,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "CaseRecord":
+        return cls(
+            CaseRef.from_json(data["ref"]),
+            str(data["status"]),
+            str(data.get("reason", "")),
+            str(data.get("outcome", "")),
+            str(data.get("message", "")),
+        )
 
 
 @dataclass

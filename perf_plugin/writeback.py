@@ -61,8 +61,7 @@ class WritebackRequest:
 
 
 def _target_file(result: CaseResult) -> str:
-    kernel_type = result.reported_kernel_type or result.kernel_type
-    return f"{kernel_type}.csv" if result.reported_kernel_type else result.csv_file
+    return f"{result.reported_kernel_type}.csv" if result.reported_kernel_type else result.ref.csv_file
 
 
 def _signature_index(table: CsvTable, kernel_type: str) -> dict[str, list[int]]:
@@ -123,7 +122,7 @@ def write_back(
             by_file[_target_file(result)].append(result)
     quarantine_by_file: dict[str, list[QuarantinedRow]] = defaultdict(list)
     for row in quarantined:
-        quarantine_by_file[row.csv_file].append(row)
+        quarantine_by_file[row.ref.csv_file].append(row)
 
     summaries: list[FileWriteback] = []
     gaps: list[GapRow] = []
@@ -158,17 +157,17 @@ def _write_file(
     columns_ready = False
 
     for result in results:
-        rows = index.get(result.signature_key, [])
+        rows = index.get(result.ref.signature_key, [])
         if request.update_mode == "missing-only":
             rows = [r for r in rows if not row_has_valid_duration(table, r) or r in touched]
         if not rows:
             if request.update_mode == "all" and result.identity:
                 new_row = table.append_row({**result.identity, ROW_ORIGIN: f"measured:{result.backend}"})
-                index[result.signature_key].append(new_row)
+                index[result.ref.signature_key].append(new_row)
                 rows = [new_row]
                 summary.rows_appended += 1
             else:
-                summary.unmatched_samples.append(result.case_id)
+                summary.unmatched_samples.append(result.ref.case_id)
                 continue
         if not columns_ready:  # only once a measurement is written: no empty columns otherwise
             _prepare_columns(table)
@@ -188,10 +187,10 @@ def _write_file(
     doomed: list[tuple[int, str]] = []
     by_line = {table.line_of(i): i for i in range(len(table))}
     for item in quarantined:
-        i = by_line.get(item.row_line)
+        i = by_line.get(item.ref.row_line)
         if i is None or i in touched:
             continue
-        if item.signature_key and item.signature_key != signature_of(i):
+        if item.ref.signature_key and item.ref.signature_key != signature_of(i):
             continue  # the file changed since collection: leave the row where it is
         doomed.append((i, item.reason))
     if doomed:

@@ -148,7 +148,7 @@ def test_samples_are_the_launches_after_verification_and_warmup(
     rows = launches(*V3)
     assert len(rows) == 1 + warmup + repeats  # one case's block: verification + warm-up + repeats
 
-    (result,) = [r for r in msprof_results(prof, [case], repeats, warmup) if r.case_id == case.case_id]
+    (result,) = [r for r in msprof_results(prof, [case], repeats, warmup) if r.ref.case_id == case.ref.case_id]
 
     kept = rows[1 + warmup :]
     assert result.outcome == "passed"
@@ -162,13 +162,13 @@ def test_samples_are_the_launches_after_verification_and_warmup(
 def test_cases_sharing_a_signature_get_one_block_each(tmp_path: Path, prof: Path) -> None:
     db = write_db(tmp_path / "db" / "MatMulV3.csv", [db_row(*V3), db_row(*V3)])
     first, second = cases_of(db.parent)
-    assert second.case_id == first.case_id + "#2"
+    assert second.ref.case_id == first.ref.case_id + "#2"
     rows = launches(*V3)  # 28 = 2 cases x (1 + 3 warm-up + 10 repeats)
 
-    results = {r.case_id: r for r in msprof_results(prof, [first, second], 10, 3)}
+    results = {r.ref.case_id: r for r in msprof_results(prof, [first, second], 10, 3)}
 
-    assert results[first.case_id].samples_us == durations(rows[4:14])
-    assert results[second.case_id].samples_us == durations(rows[18:28])
+    assert results[first.ref.case_id].samples_us == durations(rows[4:14])
+    assert results[second.ref.case_id].samples_us == durations(rows[18:28])
 
 
 def test_matmul_family_measurement_goes_to_the_reported_kernel_type(tmp_path: Path, prof: Path) -> None:
@@ -178,11 +178,11 @@ def test_matmul_family_measurement_goes_to_the_reported_kernel_type(tmp_path: Pa
     write_db(db / "MatMulV2.csv", [v2_row])
     extra = {"Profiling Average Duration(us)": "900", "Profiling Average aicore_time(us)": "880"}
     write_db(db / "MatMulV3.csv", [db_row(*V3)], extra)
-    v2_case = next(c for c in cases_of(db) if c.kernel_type == "MatMulV2")
+    v2_case = next(c for c in cases_of(db) if c.ref.kernel_type == "MatMulV2")
     before_v2 = (db / "MatMulV2.csv").read_bytes()
 
-    (result,) = [r for r in msprof_results(prof, [v2_case], 25, 2) if r.case_id == v2_case.case_id]
-    assert result.kernel_type == "MatMulV2" and result.csv_file == "MatMulV2.csv"
+    (result,) = [r for r in msprof_results(prof, [v2_case], 25, 2) if r.ref.case_id == v2_case.ref.case_id]
+    assert result.ref.kernel_type == "MatMulV2" and result.ref.csv_file == "MatMulV2.csv"
     assert result.reported_kernel_type == "MatMulV3"
 
     write_back(WritebackRequest(db, "all", False, "20251127_120000"), [result], [])
@@ -204,7 +204,7 @@ def test_extra_launches_are_cut_from_the_head_with_a_note(tmp_path: Path, prof: 
 
     match = match_profile(prof, [case], 25, 2)
 
-    (result,) = [r for r in match.results if r.case_id == case.case_id]
+    (result,) = [r for r in match.results if r.ref.case_id == case.ref.case_id]
     assert result.samples_us == durations(rows[-25:])
     assert any("56 launches where 1 case(s) make 28" in note for note in match.notes)
 
@@ -216,7 +216,7 @@ def test_fewer_launches_than_a_block_still_drop_verification_and_warmup(tmp_path
 
     match = match_profile(prof, [case], 30, 5)
 
-    (result,) = [r for r in match.results if r.case_id == case.case_id]
+    (result,) = [r for r in match.results if r.ref.case_id == case.ref.case_id]
     assert result.samples_us == durations(rows[6:])
     assert any("28 launches where 1 case(s) make 36" in note for note in match.notes)
 
@@ -237,11 +237,11 @@ def test_launches_on_different_devices_are_cut_separately(tmp_path: Path) -> Non
     db = write_db(tmp_path / "db" / "MatMulV3.csv", [db_row(*V3), db_row(*V3)])
     first, second = cases_of(db.parent)
 
-    results = {r.case_id: r for r in msprof_results(prof, [first, second], 25, 2)}
+    results = {r.ref.case_id: r for r in msprof_results(prof, [first, second], 25, 2)}
 
     steady = durations(launches(*V3)[3:])
-    assert results[first.case_id].samples_us == steady
-    assert results[second.case_id].samples_us == steady
+    assert results[first.ref.case_id].samples_us == steady
+    assert results[second.ref.case_id].samples_us == steady
 
 
 def test_rows_no_case_produced_come_back_with_identity(tmp_path: Path, prof: Path) -> None:
@@ -250,20 +250,20 @@ def test_rows_no_case_produced_come_back_with_identity(tmp_path: Path, prof: Pat
 
     results = msprof_results(prof, [case], 25, 2)
 
-    unmatched = {r.case_id: r for r in results if r.case_id != case.case_id}
+    unmatched = {r.ref.case_id: r for r in results if r.ref.case_id != case.ref.case_id}
     rms = launches("RmsNorm", '"4096,1,1024;1024"', '"4096,1,1024;4096,1,1"')
-    (result,) = [r for r in unmatched.values() if r.kernel_type == "RmsNorm" and r.identity["Input Shapes"] == rms[0]["Input Shapes"]]
+    (result,) = [r for r in unmatched.values() if r.ref.kernel_type == "RmsNorm" and r.identity["Input Shapes"] == rms[0]["Input Shapes"]]
     assert result.samples_us == durations(rms)  # nothing says which were warm-up: all launches
     assert result.identity == {c: rms[-1][c] for c in IDENTITY}
-    assert result.csv_file == "RmsNorm.csv" and result.row_line is None
-    assert not any(r.kernel_type.startswith("hcom_") for r in results)
+    assert result.ref.csv_file == "RmsNorm.csv" and result.ref.row_line is None
+    assert not any(r.ref.kernel_type.startswith("hcom_") for r in results)
     expected_kernels = signatures(
         [r for r in fixture_rows() if not r["Type"].startswith("hcom_") and r["Accelerator Core"] not in ("COMMUNICATION", "HCCL")]
     )
     assert len(unmatched) == len(expected_kernels) - 1
 
     limited = msprof_results(prof, [case], 25, 2, unmatched_kernel_types={"MatMulV3"})
-    assert {r.kernel_type for r in limited} == {"MatMulV3", "MatMulV2"}  # the family, nothing else
+    assert {r.ref.kernel_type for r in limited} == {"MatMulV3", "MatMulV2"}  # the family, nothing else
 
 
 def test_case_without_launches_fails_with_the_reason(tmp_path: Path, prof: Path) -> None:
@@ -271,7 +271,7 @@ def test_case_without_launches_fails_with_the_reason(tmp_path: Path, prof: Path)
     db = write_db(tmp_path / "db" / "MatMulV3.csv", [row])
     (case,) = cases_of(db.parent)
 
-    (result,) = [r for r in msprof_results(prof, [case], 25, 2) if r.case_id == case.case_id]
+    (result,) = [r for r in msprof_results(prof, [case], 25, 2) if r.ref.case_id == case.ref.case_id]
 
     assert result.outcome == "failed" and not result.samples_us
     assert "msprof recorded no MatMulCommon|MatMulV2|MatMulV3 kernel with this signature" in result.reason
@@ -297,8 +297,8 @@ def test_collector_runs_each_repeat_once_and_records_it(tmp_path: Path, prof: Pa
     assert collector.kind == "external"
     assert collector.drain() == [] and collector.finish() == []
     (logged,) = read_measured(record)
-    assert (logged.case_id, logged.signature_key, logged.repeats) == (case.case_id, case.signature_key, 25)
-    (result,) = [r for r in msprof_results(prof, [logged], 25, 2) if r.case_id == case.case_id]
+    assert (logged.ref.case_id, logged.ref.signature_key, logged.repeats) == (case.ref.case_id, case.ref.signature_key, 25)
+    (result,) = [r for r in msprof_results(prof, [logged], 25, 2) if r.ref.case_id == case.ref.case_id]
     assert result.samples_us == durations(launches(*V3)[3:])
 
 
@@ -396,7 +396,7 @@ def test_session_runs_under_msprof_and_its_profile_is_written_back(tmp_path: Pat
     write_db(db / "Mul.csv", [db_row(*MUL)])
     write_db(db / "Cast.csv", [dict(db_row(*CAST), **{"Output Data Types": "DT_BF16"})])
     before = {p.name: p.read_bytes() for p in db.iterdir()}
-    cases = [(c.case_id, c) for c in cases_of(db)]
+    cases = [(c.ref.case_id, c) for c in cases_of(db)]
     environ = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", STANDIN_OP_SUMMARY=str(summary))
     argv = ["--database-path", str(db), "--repeat-count", "10", "--warmup-count", "3", "-p", "no:cacheprovider", "-q", "test_kernels.py"]
 
@@ -545,5 +545,5 @@ def test_session_under_msprof_records_outcomes_and_leaves_the_database(
     assert not (db / "reports").exists()
     report = json.loads((record / msprof.SESSION_REPORT).read_text())
     (entry,) = report["records"].values()
-    assert (entry["kernel_type"], entry["outcome"]) == ("Mul", "passed")
+    assert (entry["ref"]["kernel_type"], entry["outcome"]) == ("Mul", "passed")
     assert report["results"] == []  # CPU timings of the child are not the measurement

@@ -6,6 +6,7 @@ import pytest
 
 from perf_plugin.backends.cpu import CpuBackend
 from perf_plugin.cases import STATUS_READY, Case
+from perf_plugin.results import CaseRef
 from perf_plugin.profiling.attribution import (
     CaseSpan,
     RawEvent,
@@ -120,7 +121,7 @@ def test_cuda_collector_marker_layout(
     launched: list[str] = []
     monkeypatch.setattr(collector, "_ensure_started", lambda: None)
     monkeypatch.setattr(collector, "_marker", lambda: launched.append("marker"))
-    case = Case("case0", "Add", "Add.csv", 2, "sig", STATUS_READY)
+    case = Case(CaseRef("case0", "Add", "Add.csv", 2, "sig"), STATUS_READY)
     flush = (lambda: launched.append("flush")) if before_repeat else None
     collector.measure(case, lambda: launched.append("run"), repeats=3, before_repeat=flush)
     assert collector._segments == expected_segments
@@ -137,7 +138,7 @@ def test_toggled_collection_brackets_the_markers_and_repeats(monkeypatch: pytest
     monkeypatch.setattr(collector, "_ensure_started", lambda: None)
     monkeypatch.setattr(collector, "_marker", lambda: launched.append("marker"))
     monkeypatch.setattr(collector, "_collect", lambda enable: launched.append("on" if enable else "off"))
-    case = Case("case0", "Add", "Add.csv", 2, "sig", STATUS_READY)
+    case = Case(CaseRef("case0", "Add", "Add.csv", 2, "sig"), STATUS_READY)
 
     def failing() -> None:
         launched.append("run")
@@ -179,12 +180,12 @@ def test_cpu_collector_measures_real_profiled_ops_in_batches() -> None:
     a, b = torch.rand(64, 64), torch.rand(64, 64)
     drained = []
     for number in range(3):
-        case = Case(f"case{number}", "MatMulV2", "MatMulV2.csv", number + 2, "sig", STATUS_READY)
+        case = Case(CaseRef(f"case{number}", "MatMulV2", "MatMulV2.csv", number + 2, "sig"), STATUS_READY)
         collector.measure(case, lambda: torch.mm(a, b), repeats=4)
-        drained.append([r.case_id for r in collector.drain()])
+        drained.append([r.ref.case_id for r in collector.drain()])
     assert drained == [[], ["case0", "case1"], []]
     last = collector.finish()
-    assert [r.case_id for r in last] == ["case2"]
+    assert [r.ref.case_id for r in last] == ["case2"]
     result = last[0]
     assert result.outcome == "passed" and len(result.samples_us) == 4
     assert all(s > 0 for s in result.samples_us)
@@ -202,7 +203,7 @@ def test_cpu_collector_records_only_the_timed_repeats(monkeypatch: pytest.Monkey
     for number in range(3):
         a, b = torch.rand(32, 32), torch.rand(32, 32)  # set-up between cases: must not be recorded
         torch.mm(a, b)  # a "verification" call outside the repeats
-        case = Case(f"case{number}", "MatMulV2", "MatMulV2.csv", number + 2, "sig", STATUS_READY)
+        case = Case(CaseRef(f"case{number}", "MatMulV2", "MatMulV2.csv", number + 2, "sig"), STATUS_READY)
         collector.measure(case, lambda: torch.mm(a, b), repeats=5)
     results = collector.finish()
     assert [r.outcome for r in results] == ["passed"] * 3
@@ -241,7 +242,7 @@ def test_cpu_collector_labels_the_case_or_every_repeat(repeat_markers: bool, ran
     collector._stop = lambda: stopped.append(stop()) or stopped[-1]  # type: ignore[method-assign]
     a, b = torch.rand(16, 16), torch.rand(16, 16)
     for number in range(2):
-        case = Case(f"case{number}", "MatMulV2", "MatMulV2.csv", number + 2, "sig", STATUS_READY)
+        case = Case(CaseRef(f"case{number}", "MatMulV2", "MatMulV2.csv", number + 2, "sig"), STATUS_READY)
         collector.measure(case, lambda: torch.mm(a, b), repeats=4)
     results = collector.finish()
     assert [len(r.samples_us) for r in results] == [4, 4]
@@ -254,7 +255,7 @@ def test_case_result_json_round_trip() -> None:
     from perf_plugin.results import CaseResult, KernelTime
 
     result = CaseResult(
-        "MatMulV2-1x2", "MatMulV2", "MatMulV2.csv", 3, "sig", "passed", backend="cuda",
+        CaseRef("MatMulV2-1x2", "MatMulV2", "MatMulV2.csv", 3, "sig"), "passed", backend="cuda",
         samples_us=(1.5, 2.5), kernels=(KernelTime("gemm", 2.0, 1.0),), reported_kernel_type="MatMulV3",
         counters={"aicore_time(us)": 1.25}, identity={"Input Shapes": '"1,2;2,3"'},
     )

@@ -32,6 +32,7 @@ from perf_plugin.report.plot import plot_gap
 from perf_plugin.report.run_json import build_run_report, write_run_report
 from perf_plugin.report.writer import coverage_table, format_coverage_table, report_timestamp, write_reports
 from perf_plugin.results import (
+    CaseRef,
     CaseResult,
     FileWriteback,
     GapRow,
@@ -69,13 +70,13 @@ class Row:
         self.case_id = make_case_id(self.kernel_type, self.cells)
         self.profiled_us = float(self.cells["Duration(us)"])
 
+    def ref(self, kernel_type: str | None = None) -> CaseRef:
+        kernel_type = self.kernel_type if kernel_type is None else kernel_type
+        return CaseRef(self.case_id, kernel_type, self.csv_file, self.line, self.signature)
+
     def result(self, outcome: str, samples: tuple[float, ...] = (), reason: str = "", kernels=()) -> CaseResult:
         return CaseResult(
-            case_id=self.case_id,
-            kernel_type=self.kernel_type,
-            csv_file=self.csv_file,
-            row_line=self.line,
-            signature_key=self.signature,
+            self.ref(),
             outcome=outcome,
             reason=reason,
             backend="cuda",
@@ -118,8 +119,8 @@ def make_summary() -> RunSummary:
         FAS.result("no-replay", reason=FAS_REASON),
     ]
     quarantined = [
-        QuarantinedRow(MM_BAD.csv_file, MM_BAD.line, MM_BAD_REASON, "MatMulV3", MM_BAD.signature),
-        QuarantinedRow(RMS_BAD.csv_file, RMS_BAD.line, RMS_BAD_REASON, "", RMS_BAD.signature),
+        QuarantinedRow(MM_BAD.ref(), MM_BAD_REASON),
+        QuarantinedRow(RMS_BAD.ref(kernel_type=""), RMS_BAD_REASON),  # the kernel type is then the file's
     ]
     files = [
         FileWriteback("FlashAttentionScore.csv", rows_pruned=1, written=True),
@@ -410,7 +411,7 @@ def test_run_report_file_round_trips(tmp_path: Path) -> None:
     assert json.loads(text) == expected
     # Per-case entries are one line each; the rest is indented.
     case_lines = [line for line in text.splitlines() if line.startswith('    {"case_id": ')]
-    assert [json.loads(line.rstrip(","))["case_id"] for line in case_lines] == [r.case_id for r in summary.results]
+    assert [json.loads(line.rstrip(","))["case_id"] for line in case_lines] == [r.ref.case_id for r in summary.results]
     assert '\n  "stats": {\n    "total_ops": 10,\n' in text
 
 

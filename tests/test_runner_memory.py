@@ -22,7 +22,7 @@ class CountingBackend:
 
 
 def _case(nbytes: int) -> SimpleNamespace:
-    return SimpleNamespace(row=SimpleNamespace(nbytes=nbytes), csv_file="Add.csv", row_line=7)
+    return SimpleNamespace(row=SimpleNamespace(nbytes=nbytes), ref=SimpleNamespace(csv_file="Add.csv", row_line=7))
 
 
 def _runner(backend: CountingBackend) -> ReplayRunner:

@@ -33,7 +33,6 @@ controller side in ``perf_plugin.profiling.msprof_launch``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.signature import MATMUL_FAMILY
-from perf_plugin.results import CaseResult
+from perf_plugin.results import CaseRef, CaseResult
 
 if TYPE_CHECKING:
     from perf_plugin.backends.base import Backend
@@ -70,20 +69,16 @@ class MsprofError(Exception):
 class MeasuredCase:
     """A case whose timed repeats ran in a process profiled by msprof."""
 
-    case_id: str
-    kernel_type: str
-    csv_file: str
-    row_line: int | None
-    signature_key: str
+    ref: CaseRef
     repeats: int
     order: int = 0  # time.time_ns() when the repeats finished: launch order across processes
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {"ref": self.ref.to_json(), "repeats": self.repeats, "order": self.order}
 
     @classmethod
-    def of(cls, case: Any, repeats: int, order: int = 0) -> "MeasuredCase":
-        return cls(case.case_id, case.kernel_type, case.csv_file, case.row_line, case.signature_key, repeats, order)
+    def from_json(cls, data: dict[str, Any]) -> "MeasuredCase":
+        return cls(CaseRef.from_json(data["ref"]), int(data["repeats"]), int(data.get("order", 0)))
 
 
 def _mstx() -> Any:
@@ -119,7 +114,7 @@ class MsprofCollector:
         repeats: int,
         before_repeat: Callable[[], Any] | None = None,
     ) -> None:
-        range_id = self._range_start(case.case_id)
+        range_id = self._range_start(case.ref.case_id)
         ran = 0
         try:
             for _ in range(repeats):
@@ -129,7 +124,7 @@ class MsprofCollector:
                 ran += 1
         finally:
             self._range_end(range_id)
-            self._record(MeasuredCase.of(case, ran, time.time_ns()))
+            self._record(MeasuredCase(case.ref, ran, time.time_ns()))
 
     def drain(self) -> list[CaseResult]:
         return []
@@ -169,12 +164,12 @@ def read_measured(record_dir: str | Path) -> list[MeasuredCase]:
     for path in sorted(Path(record_dir).glob(f"{CASE_LOG_PREFIX}*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             try:
-                measured.append(MeasuredCase(**json.loads(line)))
-            except (ValueError, TypeError):
+                measured.append(MeasuredCase.from_json(json.loads(line)))
+            except (ValueError, TypeError, KeyError):
                 # A worker killed in the middle of a write leaves a partial last line; that case
                 # failed (its test never reported), and the rest of the run is still good.
                 continue
-    return sorted(measured, key=lambda m: (m.order, m.case_id))
+    return sorted(measured, key=lambda m: (m.order, m.ref.case_id))
 
 
 # ============================================================================ the matching

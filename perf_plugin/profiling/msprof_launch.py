@@ -122,7 +122,7 @@ def write_child_report(state: "RunState", record_dir: str | Path | None = None) 
         return None
     path = Path(record) / SESSION_REPORT
     report = {
-        "records": {nodeid: dataclasses.asdict(r) for nodeid, r in state.records.items()},
+        "records": {nodeid: r.to_json() for nodeid, r in state.records.items()},
         # durations come from op_summary: only what did not measure travels (failures, skips)
         "results": [r.to_json() for r in state.results.values() if not r.has_duration],
         "workers": state.workers,
@@ -154,11 +154,8 @@ class ExternalOutcome:
     notes: list[str] = field(default_factory=list)
 
 
-def _record_of(case: "Case", outcome: str, message: str = "") -> CaseRecord:
-    return CaseRecord(
-        case.case_id, case.kernel_type, case.csv_file, case.row_line, case.status, case.reason,
-        case.signature_key, outcome=outcome, message=message,
-    )
+def _record_of(case: "Case", outcome: str) -> CaseRecord:
+    return CaseRecord(case.ref, case.status, case.reason, outcome=outcome)
 
 
 def external_run(
@@ -179,7 +176,7 @@ def external_run(
     nothing can be measured; nothing is written by this function.
     """
     outcome = ExternalOutcome()
-    kernel_types = {case.kernel_type for _, case in cases}
+    kernel_types = {case.ref.kernel_type for _, case in cases}
     if mode == MODE_READ:
         if prof_path is None:
             raise MsprofError("--prof-path is required to read a profile")
@@ -193,17 +190,17 @@ def external_run(
         if not launch.prof_dirs:
             raise MsprofError(f"msprof wrote no PROF_* directory under {launch.output_dir}; nothing was written")
         prof_dirs = launch.prof_dirs
-        records = {nodeid: CaseRecord(**data) for nodeid, data in report.get("records", {}).items()}
+        records = {nodeid: CaseRecord.from_json(data) for nodeid, data in report.get("records", {}).items()}
         outcome.results.extend(CaseResult.from_json(data) for data in report.get("results", []))
         outcome.workers = int(report.get("workers", 0))
         measured = read_measured(launch.record_dir)
-        logged = {m.case_id for m in measured}
+        logged = {m.ref.case_id for m in measured}
         # A passed case the log does not name (a child without the msprof collector) ran the
         # nominal repeats after everything logged.
         last = max((m.order for m in measured), default=0)
         for index, record in enumerate(records.values(), start=1):
-            if record.outcome == "passed" and record.case_id not in logged:
-                measured.append(MeasuredCase.of(record, repeat_count, last + index))
+            if record.outcome == "passed" and record.ref.case_id not in logged:
+                measured.append(MeasuredCase(record.ref, repeat_count, last + index))
         outcome.notes.append(
             f"msprof: the session ran under msprof (exit code {launch.returncode}); profile "
             f"{', '.join(str(p) for p in prof_dirs)} (re-read it with --prof-path {launch.output_dir})"
@@ -216,15 +213,15 @@ def external_run(
     except MsprofError as exc:
         raise MsprofError(f"{exc}; nothing was written") from None
     outcome.notes.extend(match.notes)
-    failed_cases = {r.case_id: r.reason for r in match.results if r.outcome == OUTCOME_FAILED}
+    failed_cases = {r.ref.case_id: r.reason for r in match.results if r.outcome == OUTCOME_FAILED}
     for nodeid, record in records.items():
-        if record.outcome == "passed" and record.case_id in failed_cases:
-            record = dataclasses.replace(record, outcome="failed", message=failed_cases[record.case_id])
+        if record.outcome == "passed" and record.ref.case_id in failed_cases:
+            record = dataclasses.replace(record, outcome="failed", message=failed_cases[record.ref.case_id])
         outcome.records[nodeid] = record
     outcome.results.extend(match.results)
     outcome.failed = sum(1 for r in outcome.records.values() if r.outcome == "failed")
-    measured_count = sum(1 for r in match.results if r.has_duration and not r.case_id.startswith("msprof:"))
-    extra = sum(1 for r in match.results if r.case_id.startswith("msprof:"))
+    measured_count = sum(1 for r in match.results if r.has_duration and not r.ref.case_id.startswith("msprof:"))
+    extra = sum(1 for r in match.results if r.ref.case_id.startswith("msprof:"))
     outcome.notes.append(
         f"msprof: {match.rows} op_summary rows; {measured_count} case(s) measured, "
         f"{len(failed_cases)} without samples, {extra} unmatched kernel signature(s)"

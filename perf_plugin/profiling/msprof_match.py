@@ -58,10 +58,10 @@ from perf_plugin.database.kernel_types import validate_kernel_type
 from perf_plugin.database.schema import IDENTITY_COLUMNS
 from perf_plugin.database.signature import MATMUL_FAMILY, signature_text
 from perf_plugin.ingest.records import ProfiledKernel, read_prof_directory
-from perf_plugin.results import OUTCOME_FAILED, OUTCOME_PASSED, CaseResult, KernelTime
+from perf_plugin.results import OUTCOME_FAILED, OUTCOME_PASSED, CaseRef, CaseResult, KernelTime
 
 if TYPE_CHECKING:
-    pass
+    from perf_plugin.cases import Case
 
 from perf_plugin.profiling.msprof import MATMUL_FAMILY_NAME, MeasuredCase, MsprofError
 
@@ -187,30 +187,38 @@ def _identity(row: ProfiledKernel) -> dict[str, str]:
     return {column: row.cells.get(column, "") for column in IDENTITY_COLUMNS}
 
 
-def _measurement(rows: Sequence[ProfiledKernel]) -> dict[str, Any]:
+def _measured_result(
+    ref: CaseRef, rows: Sequence[ProfiledKernel], backend: str, reported_kernel_type: str | None = None
+) -> CaseResult:
+    """A passed result whose samples are the rows' durations (one launch each)."""
     samples = tuple(float(r.duration_us) for r in rows if r.duration_us is not None)
     name = _most_common(r.name or r.kernel_type for r in rows)
-    return dict(
+    return CaseResult(
+        ref,
+        OUTCOME_PASSED,
+        backend=backend,
         samples_us=samples,
         kernels=(KernelTime(name, sum(samples) / len(samples), 1.0),),
+        reported_kernel_type=reported_kernel_type,
         counters=_counter_means(rows),
         identity=_identity(rows[-1]),
     )
 
 
-def as_measured(cases: Iterable[Any], repeat_count: int) -> list[MeasuredCase]:
+def as_measured(cases: Iterable["MeasuredCase | Case"], repeat_count: int) -> list[MeasuredCase]:
+    """Measured cases as they are; collected cases that can run taken as ``repeat_count`` repeats."""
     measured = []
     for index, case in enumerate(cases):
         if isinstance(case, MeasuredCase):
             measured.append(case)
-        elif getattr(case, "runnable", True):
-            measured.append(MeasuredCase.of(case, repeat_count, index))
+        elif case.runnable:
+            measured.append(MeasuredCase(case.ref, repeat_count, index))
     return measured
 
 
 def match_profile(
     prof: str | Path | Sequence[str | Path],
-    cases: Iterable[Any],
+    cases: Iterable["MeasuredCase | Case"],
     repeat_count: int,
     warmup_count: int,
     *,
@@ -228,28 +236,20 @@ def match_profile(
     match = ProfileMatch(rows=rows_read)
     by_key: dict[tuple[str, str], list[MeasuredCase]] = defaultdict(list)
     for case in as_measured(cases, repeat_count):
-        by_key[(kernel_family(case.kernel_type), case.signature_key)].append(case)
+        by_key[(kernel_family(case.ref.kernel_type), case.ref.signature_key)].append(case)
     where = ", ".join(str(p) for p in paths)
 
     for key, key_cases in by_key.items():
-        key_cases.sort(key=lambda c: (c.order, c.case_id))
+        key_cases.sort(key=lambda c: (c.order, c.ref.case_id))
         group = groups.get(key)
         blocks = (
-            _blocks(group, key_cases, warmup_count, repeat_count, match.notes, f"{key_cases[0].case_id}")
+            _blocks(group, key_cases, warmup_count, repeat_count, match.notes, key_cases[0].ref.case_id)
             if group is not None
             else []
         )
         for index, case in enumerate(key_cases):
             block = blocks[index] if index < len(blocks) else []
             kept = block[1 + warmup_count :][-case.repeats :] if case.repeats > 0 else []
-            base = dict(
-                case_id=case.case_id,
-                kernel_type=case.kernel_type,
-                csv_file=case.csv_file,
-                row_line=case.row_line,
-                signature_key=case.signature_key,
-                backend=backend,
-            )
             if not kept:
                 reason = (
                     f"msprof recorded no {key[0]} kernel with this signature ({where})"
@@ -257,15 +257,12 @@ def match_profile(
                     else f"msprof recorded {len(block)} launches of this signature, none after the "
                     f"verification run and {warmup_count} warm-up ({where})"
                 )
-                match.results.append(CaseResult(**base, outcome=OUTCOME_FAILED, reason=reason))
+                match.results.append(CaseResult(case.ref, OUTCOME_FAILED, reason=reason, backend=backend))
                 continue
             reported = _most_common(r.kernel_type for r in kept)
             match.results.append(
-                CaseResult(
-                    **base,
-                    outcome=OUTCOME_PASSED,
-                    reported_kernel_type=reported if reported != case.kernel_type else None,
-                    **_measurement(kept),
+                _measured_result(
+                    case.ref, kept, backend, reported_kernel_type=reported if reported != case.ref.kernel_type else None
                 )
             )
 
@@ -286,24 +283,14 @@ def match_profile(
         seen_ids[case_id] += 1
         if seen_ids[case_id] > 1:
             case_id = f"{case_id}#{seen_ids[case_id]}"
-        match.results.append(
-            CaseResult(
-                case_id=case_id,
-                kernel_type=kernel_type,
-                csv_file=f"{kernel_type}.csv",
-                row_line=None,
-                signature_key=key[1],
-                outcome=OUTCOME_PASSED,
-                backend=backend,
-                **_measurement(rows),
-            )
-        )
+        ref = CaseRef(case_id, kernel_type, f"{kernel_type}.csv", None, key[1])
+        match.results.append(_measured_result(ref, rows, backend))
     return match
 
 
 def msprof_results(
     prof_dir: str | Path | Sequence[str | Path],
-    cases: Iterable[Any],
+    cases: Iterable["MeasuredCase | Case"],
     repeat_count: int,
     warmup_count: int,
     *,

@@ -297,26 +297,16 @@ class TorchProfilerCollector:
                 entry = per_kernel.setdefault(name, [0, 0])
                 entry[0] += total
                 entry[1] += count
-        base = dict(
-            case_id=case.case_id,
-            kernel_type=case.kernel_type,
-            csv_file=case.csv_file,
-            row_line=case.row_line,
-            signature_key=case.signature_key,
-            backend=self.backend.name,
-        )
+        backend = self.backend.name
         if not samples or error is not None:
-            return CaseResult(
-                **base,
-                outcome=OUTCOME_FAILED,
-                reason=error or "the profiler attributed no device time to this case's repeats",
-            )
+            reason = error or "the profiler attributed no device time to this case's repeats"
+            return CaseResult(case.ref, OUTCOME_FAILED, reason=reason, backend=backend)
         measured = len(samples)
         kernels = tuple(
             KernelTime(name, total / 1000.0 / measured, count / measured)
             for name, (total, count) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])
         )
-        return CaseResult(**base, outcome=OUTCOME_PASSED, samples_us=tuple(samples), kernels=kernels)
+        return CaseResult(case.ref, OUTCOME_PASSED, backend=backend, samples_us=tuple(samples), kernels=kernels)
 
 
 def read_events(raw: Any, device_only: bool) -> list[RawEvent]:

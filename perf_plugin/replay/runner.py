@@ -71,8 +71,8 @@ class ReplayRunner:
             error = DatabaseError(
                 f"tensors need about {need / 2**30:.2f} GiB with headroom, "
                 f"{free / 2**30:.2f} GiB free on {self.backend.name}",
-                path=case.csv_file,
-                row=case.row_line,
+                path=case.ref.csv_file,
+                row=case.ref.row_line,
                 column="Input Shapes",
             )
             raise CaseSkip(error.describe())
@@ -110,9 +110,9 @@ class ReplayRunner:
 
     def run(self, case: "Case") -> None:
         assert case.row is not None
-        replay = get_replay(case.replay_kernel_type or case.kernel_type)
+        replay = get_replay(case.replay_kernel_type or case.ref.kernel_type)
         if replay is None:
-            raise CaseSkip(f"no replay for kernel type {case.kernel_type}")
+            raise CaseSkip(f"no replay for kernel type {case.ref.kernel_type}")
         self._check_memory(case)
         device = self.backend.torch_device()
         args: tuple[Any, ...] = ()

@@ -105,7 +105,7 @@ def _writeback(summary: RunSummary) -> list[str]:
 def _quarantined(summary: RunSummary) -> list[str]:
     if not summary.quarantined:
         return ["No row was quarantined."]
-    rows = [(q.csv_file, _line(q.row_line), quarantined_kernel_type(q), q.reason) for q in summary.quarantined]
+    rows = [(q.ref.csv_file, _line(q.ref.row_line), quarantined_kernel_type(q), q.reason) for q in summary.quarantined]
     return table(("file", "line", "kernel type", "reason"), rows, "lr")
 
 
@@ -113,7 +113,7 @@ def _failed(results: Sequence[CaseResult]) -> list[str]:
     failed = [r for r in results if r.outcome == OUTCOME_FAILED]
     if not failed:
         return ["No case failed."]
-    rows = [(r.case_id, r.csv_file, _line(r.row_line), r.reason) for r in failed]
+    rows = [(r.ref.case_id, r.ref.csv_file, _line(r.ref.row_line), r.reason) for r in failed]
     return table(("case", "file", "line", "reason"), rows, "llr")
 
 
@@ -148,7 +148,7 @@ def _breakdown(results: Sequence[CaseResult]) -> list[str]:
         total = sum(k.mean_us for k in result.kernels)
         for kernel in result.kernels:
             share = f"{100 * kernel.mean_us / total:.1f}%" if total > 0 else ""
-            rows.append((result.case_id, kernel.name, us(kernel.mean_us), format_number(kernel.calls_per_repeat, 2),
+            rows.append((result.ref.case_id, kernel.name, us(kernel.mean_us), format_number(kernel.calls_per_repeat, 2),
                          share))
     return table(("case", "kernel", "mean per repeat (us)", "calls per repeat", "share"), rows, "llrrr")
 

@@ -95,11 +95,11 @@ def _case(result: CaseResult) -> dict[str, Any]:
         stats = {"mean_us": _number(s.mean), "median_us": _number(s.median), "min_us": _number(s.minimum),
                  "std_us": _number(s.std), "count": s.count}
     return {
-        "case_id": result.case_id,
-        "kernel_type": result.kernel_type,
+        "case_id": result.ref.case_id,
+        "kernel_type": result.ref.kernel_type,
         "reported_kernel_type": result.reported_kernel_type,
-        "csv_file": result.csv_file,
-        "row_line": result.row_line,
+        "csv_file": result.ref.csv_file,
+        "row_line": result.ref.row_line,
         "outcome": result.outcome,
         "reason": result.reason,
         "backend": result.backend,
@@ -155,7 +155,7 @@ def build_run_report(summary: RunSummary, reports_dir: str | Path | None = None)
         },
         "results": [_case(r) for r in summary.results],
         "quarantined": [
-            {"csv_file": q.csv_file, "row_line": q.row_line, "kernel_type": quarantined_kernel_type(q),
+            {"csv_file": q.ref.csv_file, "row_line": q.ref.row_line, "kernel_type": quarantined_kernel_type(q),
              "reason": q.reason}
             for q in summary.quarantined
         ],

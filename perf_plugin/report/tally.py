@@ -83,12 +83,8 @@ class RunTally:
         return self.total("rows")
 
 
-def _row_key(csv_file: str, row_line: int | None, signature_key: str) -> tuple[str, int | None, str]:
-    return (csv_file, row_line, signature_key)
-
-
 def quarantined_kernel_type(row: QuarantinedRow) -> str:
-    return row.kernel_type or Path(row.csv_file).stem
+    return row.ref.kernel_type or Path(row.ref.csv_file).stem
 
 
 def mean_duration(result: CaseResult) -> float | None:
@@ -103,20 +99,21 @@ def tally_cases(results: Iterable[CaseResult], quarantined: Iterable[Quarantined
     def entry(kernel_type: str) -> KernelTally:
         return kernels.setdefault(kernel_type, KernelTally(kernel_type))
 
+    # a row is one (file, line, signature): a case id may differ between a record and a result
     quarantined_keys: set[tuple[str, int | None, str]] = set()
     for row in quarantined:
-        key = _row_key(row.csv_file, row.row_line, row.signature_key)
+        key = (row.ref.csv_file, row.ref.row_line, row.ref.signature_key)
         if key in quarantined_keys:
             continue
         quarantined_keys.add(key)
         entry(quarantined_kernel_type(row)).add(OUTCOME_QUARANTINED)
     for result in results:
-        key = _row_key(result.csv_file, result.row_line, result.signature_key)
+        key = (result.ref.csv_file, result.ref.row_line, result.ref.signature_key)
         if key in quarantined_keys:
             continue  # already counted from the quarantine list
         if result.outcome == OUTCOME_QUARANTINED:
             quarantined_keys.add(key)
-        tally = entry(result.kernel_type)
+        tally = entry(result.ref.kernel_type)
         tally.add(result.outcome)
         average = mean_duration(result)
         if average is not None:  # write-back writes every measurement, whatever the outcome

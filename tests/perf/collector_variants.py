@@ -164,7 +164,7 @@ def run_variant(name: str, backend: Any, cases: list, repeats: int) -> tuple[flo
     except Exception as exc:  # a variant this torch does not support
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
     wall = time.perf_counter() - start
-    means = {r.case_id: statistics.fmean(r.samples_us) for r in results if r.samples_us}
+    means = {r.ref.case_id: statistics.fmean(r.samples_us) for r in results if r.samples_us}
     return wall / len(cases), collector.events / len(cases), means, error
 
 

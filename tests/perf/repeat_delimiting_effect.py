@@ -48,10 +48,11 @@ def main() -> int:
     for index, case in enumerate(cases):
         for every_repeat in ((False, True) if index % 2 else (True, False)):
             collector.repeat_markers = every_repeat
-            runner.run(dataclasses.replace(case, case_id=f"{case.case_id}|{every_repeat}"))
-            results.update((r.case_id, r) for r in collector.drain())
-    results.update((r.case_id, r) for r in collector.finish())
-    pairs = [(results[f"{c.case_id}|False"], results[f"{c.case_id}|True"]) for c in cases]
+            ref = dataclasses.replace(case.ref, case_id=f"{case.ref.case_id}|{every_repeat}")
+            runner.run(dataclasses.replace(case, ref=ref))
+            results.update((r.ref.case_id, r) for r in collector.drain())
+    results.update((r.ref.case_id, r) for r in collector.finish())
+    pairs = [(results[f"{c.ref.case_id}|False"], results[f"{c.ref.case_id}|True"]) for c in cases]
     pairs = [(whole, every) for whole, every in pairs if whole.samples_us and every.samples_us]
     means = [statistics.fmean(whole.samples_us) / statistics.fmean(every.samples_us) for whole, every in pairs]
     minima = [min(whole.samples_us) / min(every.samples_us) for whole, every in pairs]

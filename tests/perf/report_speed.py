@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from perf_plugin.results import CaseResult, FileWriteback, GapRow, KernelTime, RunSummary  # noqa: E402
+from perf_plugin.results import CaseRef, CaseResult, FileWriteback, GapRow, KernelTime, RunSummary  # noqa: E402
 
 ENV_TARGET_S = 0.5
 REPORTS_TARGET_S = 2.0
@@ -38,13 +38,13 @@ def synthetic_summary(cases: int, seed: int = 0) -> RunSummary:
         line = i // len(KERNEL_TYPES) + 2
         signature = f"{4096 + i},1024;1024,1024 | BF16;BF16 | ND;ND | {4096 + i},1024 | BF16"
         if i % 10 == 9:
-            results.append(CaseResult(f"{kernel_type}-{i}", kernel_type, f"{kernel_type}.csv", line, signature,
+            results.append(CaseResult(CaseRef(f"{kernel_type}-{i}", kernel_type, f"{kernel_type}.csv", line, signature),
                                       "failed", reason="relative error 0.2 exceeds 0.01"))
             continue
         base = rng.uniform(5.0, 500.0)
         samples = tuple(base * rng.uniform(0.97, 1.03) for _ in range(20))
         kernels = (KernelTime("gemm", base * 0.9, 1.0), KernelTime("reduce", base * 0.1, 1.0)) if i % 20 == 0 else ()
-        results.append(CaseResult(f"{kernel_type}-{i}", kernel_type, f"{kernel_type}.csv", line, signature,
+        results.append(CaseResult(CaseRef(f"{kernel_type}-{i}", kernel_type, f"{kernel_type}.csv", line, signature),
                                   "passed", backend="cpu", samples_us=samples, kernels=kernels))
         gaps.append(GapRow(f"{kernel_type}.csv", line, signature, base, base * rng.uniform(0.6, 1.5)))
     files = [FileWriteback(f"{k}.csv", rows_updated=cases // len(KERNEL_TYPES), written=True) for k in KERNEL_TYPES]
