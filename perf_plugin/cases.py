@@ -30,13 +30,10 @@ from perf_plugin.database.schema import (
     row_has_valid_duration,
 )
 from perf_plugin.database.shapes import split_slots
-from perf_plugin.database.signature import (
-    normalise_dtype,
-    row_signature,
-    signature_text,
-)
+from perf_plugin.database.signature import normalise_dtype, signature_text
 from perf_plugin.database.table import CsvTable
 from perf_plugin.replay.base import CaseBuildError, OpReplay
+from perf_plugin.replay.registry import signature_of
 from perf_plugin.replay.tensors import KernelRow, kernel_row_from_cells
 from perf_plugin.results import CaseRef
 
@@ -112,7 +109,7 @@ def _row_case(
     line = table.line_of(index)
     base_id = make_case_id(kernel_type, cells)
     csv_file = table.path.name if table.path else f"{kernel_type}.csv"
-    signature_key = signature_text(row_signature(kernel_type, cells))
+    signature_key = signature_text(signature_of(kernel_type, cells))
 
     ref = CaseRef(base_id, kernel_type, csv_file, line, signature_key)
 

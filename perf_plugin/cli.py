@@ -1,8 +1,8 @@
 """The ``perfdb`` console script: one entry point, a subcommand per offline step.
 
 Subcommands live in their own modules and expose ``register(subparsers)``; each registers a
-``func(args) -> int``.  User mistakes (DatabaseError, UsageError) print one line and exit 2,
-with no traceback.
+``func(args) -> int``.  User mistakes (DatabaseError, UsageError, a replay package that cannot
+load: CatalogError) print one line and exit 2, with no traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.replay.registry import CatalogError
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "perf_plugin.ingest.command",
@@ -45,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (DatabaseError, UsageError) as exc:
+    except (DatabaseError, UsageError, CatalogError) as exc:
         print(f"perfdb {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

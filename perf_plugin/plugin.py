@@ -191,6 +191,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         raise _collection_error(f"kernel replay tests cannot run: {reason}")
     from perf_plugin.cases import as_params, load_case_set
     from perf_plugin.replay.op_mapping import replay_lookup_for
+    from perf_plugin.replay.registry import CatalogError, refresh_catalog
 
     _freeze_heap(metafunc.config)
     if state.case_set is None:
@@ -205,8 +206,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             state.notes.append(seeded)
             state.unsent_notes.append(seeded)
         try:
-            lookup, replay_type = replay_lookup_for(state.location.directory)
-        except DatabaseError as exc:
+            kernels = refresh_catalog()  # the replays installed now, entry points included
+            lookup, replay_type = replay_lookup_for(state.location.directory, kernels)
+        except (DatabaseError, CatalogError) as exc:
             raise _collection_error(str(exc)) from None
         state.case_set = load_case_set(
             state.location.directory, lookup, state.settings.update_mode, replay_type=replay_type

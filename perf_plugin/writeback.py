@@ -42,8 +42,9 @@ from perf_plugin.database.schema import (
     parse_duration,
     row_has_valid_duration,
 )
-from perf_plugin.database.signature import row_signature, signature_text
+from perf_plugin.database.signature import signature_text
 from perf_plugin.database.table import CsvTable
+from perf_plugin.replay.registry import signature_of
 from perf_plugin.results import FileWriteback, GapRow, QuarantinedRow, CaseResult, SampleStats
 
 QUARANTINE_SUFFIX = ".quarantine.csv"
@@ -68,7 +69,7 @@ def _signature_index(table: CsvTable, kernel_type: str) -> dict[str, list[int]]:
     index: dict[str, list[int]] = defaultdict(list)
     for i in range(len(table)):
         if not table.is_blank(i):
-            index[signature_text(row_signature(kernel_type, table.row_dict(i)))].append(i)
+            index[signature_text(signature_of(kernel_type, table.row_dict(i)))].append(i)
     return index
 
 
@@ -180,9 +181,9 @@ def _write_file(
     # each row's signature as the index computed it (identity cells are never written here)
     key_of = {i: key for key, rows in index.items() for i in rows}
 
-    def signature_of(i: int) -> str:
+    def row_key(i: int) -> str:
         key = key_of.get(i)
-        return key if key is not None else signature_text(row_signature(kernel_type, table.row_dict(i)))
+        return key if key is not None else signature_text(signature_of(kernel_type, table.row_dict(i)))
 
     doomed: list[tuple[int, str]] = []
     by_line = {table.line_of(i): i for i in range(len(table))}
@@ -190,7 +191,7 @@ def _write_file(
         i = by_line.get(item.ref.row_line)
         if i is None or i in touched:
             continue
-        if item.ref.signature_key and item.ref.signature_key != signature_of(i):
+        if item.ref.signature_key and item.ref.signature_key != row_key(i):
             continue  # the file changed since collection: leave the row where it is
         doomed.append((i, item.reason))
     if doomed:
@@ -201,7 +202,7 @@ def _write_file(
         GapRow(
             csv_file,
             table.line_of(i),
-            signature_of(i),
+            row_key(i),
             parse_duration(table.get(i, MICROBENCH_AVERAGE)),
             parse_duration(table.get(i, PROFILING_AVERAGE)),
         )

@@ -27,7 +27,8 @@ from perf_plugin.database.schema import (
     parse_duration,
 )
 from perf_plugin.database.shapes import QuoteStyle, detect_quote_style, format_shape_cell, parse_shape_cell
-from perf_plugin.database.signature import row_signature
+from perf_plugin.database.signature import PLAIN, SignatureRule, row_signature
+from perf_plugin.replay.registry import signature_of
 from perf_plugin.database.table import CsvTable
 from tests.conftest import ASCEND
 
@@ -73,15 +74,15 @@ def _row(inputs: str, in_dtypes: str, in_formats: str, outputs: str, out_dtypes:
 def test_signature_normalises_spellings_quotes_and_trailing_slots() -> None:
     real = _row('"128,4,128;;"', "DT_BF16;DT_UNDEFINED;DT_UNDEFINED", "FORMAT_ND;NULL;NULL", '"128,4,128"', "DT_BF16")
     plain = _row("128,4,128", "BF16", "ND", "128,4,128", "BF16")
-    assert row_signature("FusedInferAttentionScore", real) == row_signature("FusedInferAttentionScore", plain)
+    assert signature_of("FusedInferAttentionScore", real) == signature_of("FusedInferAttentionScore", plain)
 
 
 def test_signature_keeps_inner_empty_slots() -> None:
     inner = _row("1,2;;3", "FLOAT;FLOAT;FLOAT", "ND;ND;ND", "1", "FLOAT")
     squeezed = _row("1,2;3", "FLOAT;FLOAT", "ND;ND", "1", "FLOAT")
-    assert row_signature("X", inner) != row_signature("X", squeezed)
+    assert signature_of("X", inner) != signature_of("X", squeezed)
     # the dtype of an empty slot is blanked
-    assert row_signature("X", inner).input_dtypes == ("FLOAT", "", "FLOAT")
+    assert signature_of("X", inner).input_dtypes == ("FLOAT", "", "FLOAT")
 
 
 def test_matmul_family_compares_in_canonical_mk_nk_form() -> None:
@@ -89,32 +90,32 @@ def test_matmul_family_compares_in_canonical_mk_nk_form() -> None:
     nt = _row('"4096,1024;2048,1024"', "DT_BF16;DT_BF16", "ND;ND", '"4096,2048"', "DT_BF16")
     tn = _row('"1024,4096;1024,2048"', "DT_BF16;DT_BF16", "ND;ND", '"4096,2048"', "DT_BF16")
     for kernel_type in ("MatMulV2", "MatMulV3", "MatMulCommon"):
-        signatures = {row_signature(kernel_type, r) for r in (nn, nt, tn)}
+        signatures = {signature_of(kernel_type, r) for r in (nn, nt, tn)}
         assert len(signatures) == 1
         assert next(iter(signatures)).input_shapes == ("4096,1024", "2048,1024")
-    assert row_signature("Add", nn) != row_signature("Add", nt)
+    assert signature_of("Add", nn) != signature_of("Add", nt)
 
 
 def test_slice_and_transpose_compare_slot_zero_only() -> None:
     a = _row('"4096,8,512;3;3"', "DT_BF16;INT64;INT64", "ND;ND;ND", '"4096,8,128"', "DT_BF16")
     b = _row('"4096,8,512;3;3"', "DT_BF16;INT32;INT32", "ND;ND;ND", '"4096,8,128"', "DT_BF16")
-    assert row_signature("Slice", a) == row_signature("Slice", b)
-    assert row_signature("Transpose", a) == row_signature("Transpose", b)
-    assert row_signature("Add", a) != row_signature("Add", b)
+    assert signature_of("Slice", a) == signature_of("Slice", b)
+    assert signature_of("Transpose", a) == signature_of("Transpose", b)
+    assert signature_of("Add", a) != signature_of("Add", b)
 
 
-def test_dispatch_ffn_combine_adds_ep_size() -> None:
+def test_a_rule_can_add_columns_to_the_signature() -> None:
     row = _row("16,7168", "DT_BF16", "ND", "16,7168", "DT_BF16")
-    assert row_signature("DispatchFFNCombine", {**row, "EP Size": "16"}) != row_signature(
-        "DispatchFFNCombine", {**row, "EP Size": "8"}
-    )
+    rule = SignatureRule(extra_columns=("EP Size",))
+    assert row_signature({**row, "EP Size": "16"}, rule) != row_signature({**row, "EP Size": "8"}, rule)
+    assert row_signature({**row, "EP Size": "16"}, PLAIN) == row_signature({**row, "EP Size": "8"}, PLAIN)
 
 
 def test_real_fixture_signatures_group_repeated_launches() -> None:
     table = CsvTable.read(ASCEND / "kernel_details_level2_llm_train.csv")
     rows = [table.row_dict(i) for i in range(len(table)) if table.get(i, "Type") == "MatMulV3"]
     distinct_cells = {(r["Input Shapes"], r["Output Shapes"]) for r in rows}
-    distinct_signatures = {row_signature("MatMulV3", r) for r in rows}
+    distinct_signatures = {signature_of("MatMulV3", r) for r in rows}
     assert len(rows) == 280
     # transposed layouts of one product share a signature, so there are at most as many
     assert 0 < len(distinct_signatures) <= len(distinct_cells)

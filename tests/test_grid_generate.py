@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from perf_plugin.database.schema import IDENTITY_COLUMNS, ROW_ORIGIN
-from perf_plugin.database.signature import row_signature
+from perf_plugin.replay.registry import signature_of
 from perf_plugin.grid.config import load_config
 from perf_plugin.grid.memory import budget_bytes
 from perf_plugin.grid.models import MODELS, find_model
@@ -240,7 +240,7 @@ def test_rows_already_in_the_file_are_not_generated_again(tmp_path: Path) -> Non
     assert report.in_file == 1
     assert report.available == report.written == 25 * tokens - 1  # 25 (N, K) pairs over 5 TP sizes
     rows = read_dicts(directory / "MatMulV2.csv")
-    signatures = [row_signature("MatMulV2", r) for r in rows]
+    signatures = [signature_of("MatMulV2", r) for r in rows]
     assert len(set(signatures)) == len(signatures)
     # an older database without OP State / Accelerator Core keeps its columns
     assert list(rows[0]) == ["Input Shapes", "Input Data Types", "Input Formats", "Output Shapes",

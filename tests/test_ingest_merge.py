@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from perf_plugin.database.schema import format_number
-from perf_plugin.database.signature import row_signature
+from perf_plugin.replay.registry import signature_of
 from perf_plugin.database.table import CsvTable
 from perf_plugin.ingest.pipeline import ingest_path
 
@@ -117,7 +117,7 @@ def test_plain_database_rows_are_matched_by_signature(tmp_path: Path) -> None:
         "Profiling Std Duration(us)",
     ]
     assert "OP State" not in header and header[-1] == "Profiling Count"
-    signatures = [row_signature("MatMulV3", r) for r in rows]
+    signatures = [signature_of("MatMulV3", r) for r in rows]
     assert len(signatures) == len(set(signatures))
 
 

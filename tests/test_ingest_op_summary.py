@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.signature import row_signature
+from perf_plugin.replay.registry import signature_of
 from perf_plugin.ingest.pipeline import ingest_path
 from perf_plugin.ingest.records import read_prof_directory
 from tests.conftest import OP_SUMMARY_COLUMNS
@@ -80,7 +80,7 @@ def test_prof_directory_records(prof_dir: Path) -> None:
         assert record.duration_us == float(row["Duration(us)"])
         assert record.start_us == float(row["Start Time(us)"].strip())
         assert record.cells["Input Shapes"] == row["Input Shapes"]
-        assert record.signature() == row_signature(row["Type"], row)
+        assert record.signature() == signature_of(row["Type"], row)
         expected_counters = {c: float(row[c]) for c in counters if row[c] != "N/A"}
         assert record.counters == expected_counters
     assert records[0].source is not None and records[0].source.name.startswith("op_summary_slice_0_")

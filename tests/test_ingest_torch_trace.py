@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 from perf_plugin.database.errors import DatabaseError  # noqa: E402
 from perf_plugin.database.schema import format_number  # noqa: E402
-from perf_plugin.ingest.trace_args import Tensor, broadcast, concrete_value, promote  # noqa: E402
+from perf_plugin.trace.args import Tensor, broadcast, concrete_value, promote  # noqa: E402
 from perf_plugin.ingest.pipeline import ingest_path, ingest_profiler  # noqa: E402
 from perf_plugin.ingest.torch_trace import read_live_profiler, read_trace_file  # noqa: E402
 from perf_plugin.replay.tensors import kernel_row_from_cells  # noqa: E402

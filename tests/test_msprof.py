@@ -20,7 +20,8 @@ import pytest
 from perf_plugin.backends.cpu import CpuBackend
 from perf_plugin.cases import load_case_set
 from perf_plugin.database.schema import format_number
-from perf_plugin.database.signature import row_signature, signature_text
+from perf_plugin.database.signature import signature_text
+from perf_plugin.replay.registry import signature_of
 from perf_plugin.profiling import msprof
 from perf_plugin.profiling.msprof import (
     CHILD_ENV,
@@ -80,7 +81,7 @@ def launches(kernel_type: str, inputs: str, outputs: str) -> list[dict[str, str]
 def signatures(rows: list[dict[str, str]]) -> set[tuple[str, str]]:
     """Distinct (kernel type, database signature) of fixture rows.  The signature is the database
     contract (scalar slots carry no dtype, so ``Add`` of two scalars is one kernel whatever the dtype)."""
-    return {(r["Type"], signature_text(row_signature(r["Type"], r))) for r in rows}
+    return {(r["Type"], signature_text(signature_of(r["Type"], r))) for r in rows}
 
 
 def durations(rows: list[dict[str, str]]) -> tuple[float, ...]:
@@ -442,15 +443,14 @@ def test_session_that_records_nothing_is_an_error(tmp_path: Path) -> None:
 def _profiler_modules_loaded() -> None:
     """As in test_plugin: load what a profiler session imports lazily before pytester's runs.
 
-    The replay modules too: this module imports their registry, which pytester therefore keeps
-    between runs, while it would drop (and re-import, registering twice) the replay modules.
+    The replay modules too, so that pytester's runs do not import them again each time.
     """
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from perf_plugin.replay.registry import load_builtin_replays
+    from perf_plugin.replay.registry import refresh_catalog
 
-    load_builtin_replays()
+    refresh_catalog()
     with profile(activities=[ProfilerActivity.CPU]):
         torch.ones(1).add(1)
 

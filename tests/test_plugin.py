@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from perf_plugin.database.signature import row_signature, signature_text
+from perf_plugin.database.signature import signature_text
+from perf_plugin.replay.registry import signature_of
 
 BENCH_TEST = (Path(__file__).parents[1] / "bench" / "test_kernels.py").read_text()
 HEADER = "OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"
@@ -108,7 +109,7 @@ def test_gap_report_names_each_measured_row_by_line_and_signature(pytester: pyte
     result = run(pytester, project, "-k", "MatMulV2")
     result.assert_outcomes(passed=2)
     expected = {
-        (str(line), signature_text(row_signature("MatMulV2", row)))
+        (str(line), signature_text(signature_of("MatMulV2", row)))
         for line, row in enumerate(read_rows(project / "MatMulV2.csv"), start=2)
         if row["Input Shapes"]
     }

@@ -20,9 +20,9 @@ import torch
 
 from perf_plugin.database.table import CsvTable
 from perf_plugin.replay.base import RELATIVE_TOLERANCE, CaseBuildError, OpReplay
-from perf_plugin.replay.elementwise import AddReplay
-from perf_plugin.replay.matmul import MatMulReplay
-from perf_plugin.replay.memory import TensorMoveReplay, derive_perm
+from perf_plugin.replay.kernels.elementwise import AddReplay
+from perf_plugin.replay.kernels.matmul import MatMulReplay
+from perf_plugin.replay.kernels.memory import TensorMoveReplay, derive_perm
 from perf_plugin.replay.registry import get_replay
 from perf_plugin.replay.tensors import KernelRow, TensorSpec, kernel_row_from_cells, random_tensor
 from perf_plugin.replay.verify import (

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from perf_plugin.cases import make_case_id
-from perf_plugin.database.signature import row_signature, signature_text
+from perf_plugin.database.signature import signature_text
+from perf_plugin.replay.registry import signature_of
 from perf_plugin.report import environment
 from perf_plugin.report.environment import collect_env_spec, cpu_model, cudnn_text, nvidia_driver
 from perf_plugin.report.gap import GAP_COLUMNS, write_gap_csv
@@ -66,7 +67,7 @@ class Row:
         self.kernel_type = self.cells["Type"]
         self.csv_file = f"{self.kernel_type}.csv"
         self.line = db_line
-        self.signature = signature_text(row_signature(self.kernel_type, self.cells))
+        self.signature = signature_text(signature_of(self.kernel_type, self.cells))
         self.case_id = make_case_id(self.kernel_type, self.cells)
         self.profiled_us = float(self.cells["Duration(us)"])
 

@@ -6,12 +6,16 @@ profiler generations compares equal:
 
 * dtype/format spellings: ``DT_BF16`` == ``BF16``, ``FORMAT_ND`` == ``ND``, ``DT_UNDEFINED`` /
   ``NULL`` == empty;
-* a dtype/format is blanked where its shape slot is empty, then trailing empty slots are trimmed;
-* the MatMul family (``MatMulV2``, ``MatMulV3``, ``MatMulCommon``) compares its two operands in
-  the canonical ``M,K;N,K`` form, whatever transposition the row was recorded with;
-* ``Slice`` and ``Transpose``: only input slot 0 counts (offsets/sizes/perm are host values whose
-  representation differs between tools);
-* ``DispatchFFNCombine`` adds the ``EP Size`` column.
+* a dtype/format is blanked where its shape slot is empty, then trailing empty slots are trimmed.
+
+A kernel type may add a rule of its own (``SignatureRule``), declared beside its replay
+(``perf_plugin.replay``): the MatMul family (``MatMulV2``, ``MatMulV3``, ``MatMulCommon``)
+compares its two operands in the canonical ``M,K;N,K`` form whatever transposition the row was
+recorded with; ``Slice`` and ``Transpose`` count input slot 0 only (offsets, sizes and
+permutations are host values whose representation differs between tools);
+``DispatchFFNCombine`` adds the ``EP Size`` column.  Callers take the rules from the kernel
+catalog (``perf_plugin.replay.registry.signature_of``), so every reader of a database compares
+rows the same way.
 """
 
 from __future__ import annotations
@@ -20,10 +24,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from perf_plugin.database.shapes import parse_shape_cell, split_slots
-
-MATMUL_FAMILY = frozenset({"MatMulV2", "MatMulV3", "MatMulCommon"})
-SLOT0_ONLY = frozenset({"Slice", "Transpose"})
-EXTRA_SIGNATURE_COLUMNS: dict[str, tuple[str, ...]] = {"DispatchFFNCombine": ("EP Size",)}
 
 _EMPTY_TOKENS = frozenset({"", "DT_UNDEFINED", "UNDEFINED", "NULL", "N/A"})
 
@@ -44,6 +44,18 @@ def normalise_format(token: str) -> str:
     if token.startswith("FORMAT_"):
         token = token[7:]
     return token
+
+
+@dataclass(frozen=True)
+class SignatureRule:
+    """What a kernel type's rows compare beyond the plain normalised identity cells."""
+
+    canonical_matmul: bool = False  # the two operands as ``M,K;N,K``, whatever their stored layout
+    input_slots: int | None = None  # only the first N input slots count (host-value slots after them)
+    extra_columns: tuple[str, ...] = ()  # columns beyond the identity cells that tell rows apart
+
+
+PLAIN = SignatureRule()
 
 
 @dataclass(frozen=True)
@@ -98,7 +110,8 @@ def _canonical_matmul(in_shapes: list[str], out_shapes: list[str]) -> list[str]:
     return [f"{m},{k}", f"{b_canon[0]},{b_canon[1]}"] + in_shapes[2:]
 
 
-def row_signature(kernel_type: str, row: Mapping[str, str]) -> Signature:
+def row_signature(row: Mapping[str, str], rule: SignatureRule = PLAIN) -> Signature:
+    """The signature of a row's cells under its kernel type's rule."""
     in_shapes = [_shape_token(s) for s in split_slots(row.get("Input Shapes", ""))]
     in_dtypes = [normalise_dtype(t) for t in split_slots(row.get("Input Data Types", ""))]
     in_formats = [normalise_format(t) for t in split_slots(row.get("Input Formats", ""))]
@@ -108,12 +121,13 @@ def row_signature(kernel_type: str, row: Mapping[str, str]) -> Signature:
     in_shapes, in_dtypes, in_formats = _align(in_shapes, in_dtypes, in_formats)
     out_shapes, out_dtypes = _align(out_shapes, out_dtypes)
 
-    if kernel_type in MATMUL_FAMILY and len(in_shapes) >= 2 and out_shapes:
+    if rule.canonical_matmul and len(in_shapes) >= 2 and out_shapes:
         in_shapes = _canonical_matmul(in_shapes, out_shapes)
-    if kernel_type in SLOT0_ONLY:
-        in_shapes, in_dtypes, in_formats = in_shapes[:1], in_dtypes[:1], in_formats[:1]
+    if rule.input_slots is not None:
+        count = rule.input_slots
+        in_shapes, in_dtypes, in_formats = in_shapes[:count], in_dtypes[:count], in_formats[:count]
 
-    extra = tuple(row.get(name, "").strip() for name in EXTRA_SIGNATURE_COLUMNS.get(kernel_type, ()))
+    extra = tuple(row.get(name, "").strip() for name in rule.extra_columns)
     return Signature(
         tuple(in_shapes), tuple(in_dtypes), tuple(in_formats), tuple(out_shapes), tuple(out_dtypes), extra
     )

@@ -26,13 +26,14 @@ from perf_plugin.database.lock import database_lock
 from perf_plugin.database.paths import list_kernel_csvs
 from perf_plugin.database.schema import IDENTITY_COLUMNS, REQUIRED_IDENTITY_COLUMNS, ROW_ORIGIN
 from perf_plugin.database.shapes import QuoteStyle, detect_quote_style
-from perf_plugin.database.signature import Signature, row_signature
+from perf_plugin.database.signature import Signature
 from perf_plugin.database.table import CsvTable
 from perf_plugin.grid.config import GridConfig, KernelRoute
 from perf_plugin.grid.expand import ExpandStats, expand
 from perf_plugin.grid.memory import estimate_bytes
 from perf_plugin.grid.models import ModelConfig
 from perf_plugin.grid.templates import resolve_layout, source_structures
+from perf_plugin.replay.registry import signature_of
 
 ORIGIN_PREFIX = "grid"
 
@@ -83,7 +84,7 @@ _Key = tuple[Signature, tuple[str, ...]]
 
 
 def _key(kernel_type: str, cells: dict[str, str], extra: tuple[str, ...]) -> _Key:
-    return row_signature(kernel_type, cells), tuple(cells.get(name, "") for name in extra)
+    return signature_of(kernel_type, cells), tuple(cells.get(name, "") for name in extra)
 
 
 def _quote_style(table: CsvTable) -> QuoteStyle:

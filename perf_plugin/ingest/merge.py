@@ -43,9 +43,10 @@ from perf_plugin.database.schema import (
     microbench_counter_column,
 )
 from perf_plugin.database.shapes import QuoteStyle, detect_quote_style, strip_embedded_quotes
-from perf_plugin.database.signature import Signature, row_signature
+from perf_plugin.database.signature import Signature
 from perf_plugin.database.table import CsvTable
 from perf_plugin.ingest.aggregate import PROFILING_COUNT, AggregatedRow
+from perf_plugin.replay.registry import signature_of
 
 SHAPE_COLUMNS: tuple[str, ...] = ("Input Shapes", "Output Shapes")
 
@@ -152,11 +153,11 @@ class _RowIndex:
             self.add(i, table.row_dict(i))
 
     def add(self, index: int, cells: dict[str, str]) -> None:
-        self.by_signature[row_signature(self.kernel_type, cells)].append(index)
+        self.by_signature[signature_of(self.kernel_type, cells)].append(index)
         self.keys[index] = _cells_key(cells)
 
     def claim(self, cells: dict[str, str]) -> int | None:
-        signature = row_signature(self.kernel_type, cells)
+        signature = signature_of(self.kernel_type, cells)
         candidates = [i for i in self.by_signature.get(signature, []) if i not in self.claimed]
         if not candidates:
             return None

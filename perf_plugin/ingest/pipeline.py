@@ -18,6 +18,7 @@ from perf_plugin.ingest.aggregate import AggregatedRow, aggregate
 from perf_plugin.ingest.merge import MergeResult, group_by_type, merge_into_database, validate_types
 from perf_plugin.ingest.profile_table import ProfileTable, combine, read_profile_table
 from perf_plugin.ingest.torch_trace import TraceSummary, read_live_profiler, read_trace_file
+from perf_plugin.replay.registry import refresh_catalog
 
 
 @dataclass
@@ -103,6 +104,7 @@ def read_inputs(discovery: disc.Discovery) -> tuple[ProfileTable, list[TraceSumm
 
 def ingest_path(profiling_path: str | Path, database_dir: str | Path | None) -> IngestReport:
     """Read ``profiling_path`` and merge it into ``database_dir`` (None: read and report only)."""
+    refresh_catalog()  # the kernel types installed now name the rows
     discovery = disc.discover(profiling_path)
     table, traces = read_inputs(discovery)
     rows = aggregate(table.frame, table.counters)
@@ -115,6 +117,7 @@ def ingest_path(profiling_path: str | Path, database_dir: str | Path | None) -> 
 
 def ingest_profiler(profiler: Any, database_dir: str | Path | None) -> IngestReport:
     """Merge the operators of a finished ``torch.profiler.profile`` into ``database_dir``."""
+    refresh_catalog()
     table, summary = read_live_profiler(profiler)
     rows = aggregate(table.frame, table.counters)
     report = IngestReport(None, table, rows, traces=[summary])

@@ -16,10 +16,11 @@ from pathlib import Path
 
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.schema import IDENTITY_COLUMNS
-from perf_plugin.database.signature import Signature, row_signature
+from perf_plugin.database.signature import Signature
 from perf_plugin.ingest import columns as col
 from perf_plugin.ingest.discover import find_op_summaries
 from perf_plugin.ingest.names import is_communication, normalise_kernel_type
+from perf_plugin.replay.registry import signature_of
 
 START_TIME = "Start Time(us)"
 _MISSING = frozenset({"", "N/A", "NA", "NaN", "nan"})
@@ -40,7 +41,7 @@ class ProfiledKernel:
     communication: bool = False
 
     def signature(self) -> Signature:
-        return row_signature(self.kernel_type, self.cells)
+        return signature_of(self.kernel_type, self.cells)
 
 
 def _number(text: str, path: Path, line: int, column: str) -> float | None:

@@ -29,7 +29,8 @@ from perf_plugin.ingest import columns as col
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
 from perf_plugin.ingest.profile_table import ProfileTable
 from perf_plugin.ingest.trace_attribution import attribute, is_communication_op
-from perf_plugin.ingest.trace_events import TraceData, read_chrome_trace, read_profiler
+from perf_plugin.ingest.trace_events import read_chrome_trace, read_profiler
+from perf_plugin.trace.events import TraceData
 
 KIND_TORCH_TRACE = "torch_trace"
 CORE_CUDA = "CUDA"

@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from perf_plugin.ingest.trace_events import DeviceActivity, Launch, TraceData, TraceOp
+from perf_plugin.trace.events import DeviceActivity, Launch, TraceData, TraceOp
 
 _OPERATOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_.]*$")
 NON_OPERATOR_NAMESPACES = frozenset({"autograd", "profiler", "ProfilerStep", "cuda", "torch"})

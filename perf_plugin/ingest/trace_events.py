@@ -18,75 +18,16 @@ from __future__ import annotations
 
 import gzip
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.trace.events import DeviceActivity, Launch, TraceData, TraceOp
 
 CPU_OP_CATEGORIES = frozenset({"cpu_op", "operator"})
 LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "runtime", "privateuse1_runtime"})
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 FLOW_CATEGORIES = frozenset({"ac2g"})
-
-
-@dataclass(eq=False)
-class TraceOp:
-    """A CPU operator; ``children`` and ``parent`` are filled by the attribution step."""
-
-    name: str
-    thread: tuple[int, int]
-    start_ns: int
-    end_ns: int
-    external_id: int | None = None
-    dims: list[Any] = field(default_factory=list)
-    types: list[str] = field(default_factory=list)
-    concrete: list[Any] = field(default_factory=list)
-    children: list["TraceOp"] = field(default_factory=list)
-    parent: "TraceOp | None" = None
-
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
-
-    def descendants(self) -> list["TraceOp"]:
-        """The operators this one called, in call order (pre-order)."""
-        found: list[TraceOp] = []
-        stack = list(reversed(self.children))
-        while stack:
-            node = stack.pop()
-            found.append(node)
-            stack.extend(reversed(node.children))
-        return found
-
-
-@dataclass(frozen=True)
-class Launch:
-    name: str
-    thread: tuple[int, int]
-    start_ns: int
-    correlation: int | None
-    external_id: int | None
-
-
-@dataclass(frozen=True)
-class DeviceActivity:
-    name: str
-    category: str
-    start_ns: int
-    duration_ns: int
-    correlation: int | None
-    external_id: int | None
-
-
-@dataclass
-class TraceData:
-    ops: list[TraceOp]
-    launches: list[Launch]
-    activities: list[DeviceActivity]
-    device_name: str | None = None
-    source: Path | None = None
-    has_shapes: bool = False
 
 
 def _ns(microseconds: Any) -> int:

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perf_plugin.database.signature import MATMUL_FAMILY
 from perf_plugin.results import CaseRef, CaseResult
 
 if TYPE_CHECKING:
@@ -57,7 +56,6 @@ MODE_READ = "read"
 SESSION_REPORT = "session.json"
 CASE_LOG_PREFIX = "cases-"
 MSTX_MESSAGE_BYTES = 150  # mstx messages are limited to 156 bytes outside MSPTI
-MATMUL_FAMILY_NAME = "|".join(sorted(MATMUL_FAMILY))
 
 
 class MsprofError(Exception):

@@ -3,10 +3,10 @@
 Which op_summary rows become a case's samples
 ---------------------------------------------
 Rows are grouped by (kernel family, signature, device).  The family is the ``OP Type`` itself,
-except that ``MatMulV2``, ``MatMulV3`` and ``MatMulCommon`` are one family: all three replay
-through ``torch.mm``, and which one the device runs is the library's choice.  The signature is
-the database's (``perf_plugin.database.signature``), so a row matches exactly the database rows
-write-back would update.  Communication rows (``hcom_*``) never match.  Within a group the rows
+unless its replay declares one (``OpReplay.family``): ``MatMulV2``, ``MatMulV3`` and
+``MatMulCommon`` are the family ``MatMul``, all three launched by ``torch.mm``, which one the
+device runs being the library's choice.  The signature is the database's (the kernel catalog's
+``signature_of``), so a row matches exactly the database rows write-back would update.  Communication rows (``hcom_*``) never match.  Within a group the rows
 are ordered by ``Task Start Time(us)``: each row is one launch.
 
 A case runs its op ``1`` (verification) ``+ warmup + repeats`` times, one after another, so the
@@ -56,18 +56,20 @@ from perf_plugin.cases import make_case_id
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.kernel_types import validate_kernel_type
 from perf_plugin.database.schema import IDENTITY_COLUMNS
-from perf_plugin.database.signature import MATMUL_FAMILY, signature_text
+from perf_plugin.database.signature import signature_text
 from perf_plugin.ingest.records import ProfiledKernel, read_prof_directory
 from perf_plugin.results import OUTCOME_FAILED, OUTCOME_PASSED, CaseRef, CaseResult, KernelTime
 
 if TYPE_CHECKING:
     from perf_plugin.cases import Case
 
-from perf_plugin.profiling.msprof import MATMUL_FAMILY_NAME, MeasuredCase, MsprofError
+from perf_plugin.profiling.msprof import MeasuredCase, MsprofError
+from perf_plugin.replay.registry import catalog
+
 
 def kernel_family(kernel_type: str) -> str:
-    """The kernel types one replay can launch: the MatMul family is one, every other type itself."""
-    return MATMUL_FAMILY_NAME if kernel_type in MATMUL_FAMILY else kernel_type
+    """The family of a kernel type (``OpReplay.family``; a type without one is its own)."""
+    return catalog().family(kernel_type)
 
 
 @dataclass
@@ -252,7 +254,8 @@ def match_profile(
             kept = block[1 + warmup_count :][-case.repeats :] if case.repeats > 0 else []
             if not kept:
                 reason = (
-                    f"msprof recorded no {key[0]} kernel with this signature ({where})"
+                    f"msprof recorded no {'|'.join(catalog().family_members(key[0]))} kernel with this "
+                    f"signature ({where})"
                     if not block
                     else f"msprof recorded {len(block)} launches of this signature, none after the "
                     f"verification run and {warmup_count} warm-up ({where})"

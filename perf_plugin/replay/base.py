@@ -1,19 +1,26 @@
 """The replay protocol: build inputs from a row, run the op, compare with a reference.
 
-A replay is one class per kernel family, registered for the kernel types it can replay.  The
-harness (``perf_plugin.replay.runner``) owns the lifecycle: ``check`` at collection (cheap, no
-allocation), ``make_inputs`` once per case, ``run`` once for verification against
-``reference``, then the warm-up and timed repeats of ``run``.  Replays never time anything
-themselves.
+A replay is one class per kernel type (or small family), in one module of
+``perf_plugin.replay.kernels`` (or a third-party module named by an entry point); the kernel
+catalog (``perf_plugin.replay.registry``) finds it.  Besides the protocol, the class declares
+everything else the package needs to know about its kernel types: their family, how their rows
+are compared, the traced operators they stand for, and the API that launches them on an NPU.
+
+The harness owns the lifecycle: ``check`` at collection (cheap, no allocation), ``make_inputs``
+once per case, ``run`` once for verification against ``reference``, then the warm-up and timed
+repeats of ``run``.  Replays never time anything themselves.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from perf_plugin.database.signature import PLAIN, SignatureRule
 from perf_plugin.replay.tensors import DTYPES, KernelRow, TensorSpec, random_tensor
+from perf_plugin.trace.mapped import TraceMapper
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +51,23 @@ class OpReplay(ABC):
     float64 CPU copies of the inputs, which suits every op whose math is dtype-generic.
     """
 
+    # The database kernel types (CSV names) this class replays.
     kernel_types: ClassVar[tuple[str, ...]] = ()
+    # Kernel types one call launches interchangeably, the library choosing (MatMulV2 / V3 /
+    # Common for ``torch.mm``), share a family name: a profiler's record of any of them is a
+    # measurement of the row, written to the CSV of the type it reports.  None: each kernel
+    # type is its own family.
+    family: ClassVar[str | None] = None
+    # How rows of these kernel types are compared (perf_plugin.database.signature).
+    signature_rule: ClassVar[SignatureRule] = PLAIN
+    # Trace ingest: traced operator (``aten::mm``) -> a function giving the row it becomes.
+    trace_ops: ClassVar[Mapping[str, TraceMapper]] = MappingProxyType({})
+    # When a wrapper operator (``matmul``, ``einsum``) called several mapped operators, a row
+    # of a primary kernel type (the GEMMs) is the one it becomes.
+    trace_primary: ClassVar[bool] = False
+    # The API that launches the kernel on an NPU, as op_mapping.yaml's
+    # ``torch_npu_reference.<kernel type>.microbench_api`` names it.
+    npu_api: ClassVar[str | None] = None
 
     def check(self, row: KernelRow) -> None:
         """Raise CaseBuildError if the row cannot be replayed.  Must not allocate tensors."""

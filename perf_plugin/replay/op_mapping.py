@@ -21,7 +21,7 @@ from typing import Any
 
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.replay.base import OpReplay
-from perf_plugin.replay.registry import get_replay
+from perf_plugin.replay.registry import KernelCatalog, catalog
 
 OP_MAPPING_FILE = "op_mapping.yaml"
 
@@ -66,15 +66,18 @@ def replay_aliases(path: Path, has_replay: Callable[[str], bool]) -> dict[str, s
     return aliases
 
 
-def replay_lookup_for(directory: Path) -> tuple[Callable[[str], OpReplay | None], Callable[[str], str]]:
+def replay_lookup_for(
+    directory: Path, kernels: KernelCatalog | None = None
+) -> tuple[Callable[[str], OpReplay | None], Callable[[str], str]]:
     """(lookup, replay kernel type) for a database directory, honouring its op_mapping.yaml."""
+    kernels = catalog() if kernels is None else kernels
     path = Path(directory) / OP_MAPPING_FILE
-    aliases = replay_aliases(path, lambda name: get_replay(name) is not None) if path.exists() else {}
+    aliases = replay_aliases(path, lambda name: kernels.replay(name) is not None) if path.exists() else {}
 
     def replay_type(kernel_type: str) -> str:
-        return kernel_type if get_replay(kernel_type) is not None else aliases.get(kernel_type, kernel_type)
+        return kernel_type if kernels.replay(kernel_type) is not None else aliases.get(kernel_type, kernel_type)
 
     def lookup(kernel_type: str) -> OpReplay | None:
-        return get_replay(replay_type(kernel_type))
+        return kernels.replay(replay_type(kernel_type))
 
     return lookup, replay_type

@@ -8,11 +8,14 @@ replayed over the last dimension, where every LLM softmax (MoE routing, sampling
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.registry import register
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec, shape_text
+from perf_plugin.trace.args import SCALAR_TYPE_CODES, concrete_arg, tensor_arg
+from perf_plugin.trace.events import TraceOp
+from perf_plugin.trace.mapped import MappedOp, Slot
 
 if TYPE_CHECKING:
     import torch
@@ -43,9 +46,9 @@ def swiglu_dim(x: tuple[int, ...], out: tuple[int, ...]) -> int | None:
     return differing[0]
 
 
-@register
 class SwiGluReplay(OpReplay):
     kernel_types = ("SwiGlu",)
+    npu_api = "torch_npu.npu_swiglu"
 
     def dim(self, row: KernelRow) -> int:
         x, out = _single(row)
@@ -78,12 +81,29 @@ class SwiGluReplay(OpReplay):
         return torch.nn.functional.silu(a).mul_(b)
 
 
-@register
+def _trace_softmax(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
+    """Softmax keeps the input's shape; its dtype is the ``dtype`` argument's (``_softmax``:
+    ``half_to_float``), else the input's."""
+    x = tensor_arg(op, 0)
+    if x is None:
+        return None
+    dtype = x.dtype
+    option = concrete_arg(op, 2)
+    if op.name == "aten::_softmax":
+        if option is True:
+            dtype = "FLOAT"
+    elif isinstance(option, int) and not isinstance(option, bool) and option in SCALAR_TYPE_CODES:
+        dtype = SCALAR_TYPE_CODES[option]
+    return MappedOp("SoftmaxV2", (Slot(x.shape, x.dtype),), (Slot(x.shape, dtype),))
+
+
 class SoftmaxReplay(OpReplay):
     """Softmax over the last dim; a FLOAT output of a half input is produced by the same kernel
     (``softmax(dim, dtype=float32)`` reads half and writes float)."""
 
     kernel_types = ("SoftmaxV2",)
+    npu_api = "torch.softmax"
+    trace_ops = MappingProxyType({"aten::softmax": _trace_softmax, "aten::_softmax": _trace_softmax})
 
     def output_dtype(self, row: KernelRow) -> str | None:
         """None when the output keeps the input dtype, else the float32 output of a half input."""

@@ -12,10 +12,13 @@ float32 for half inputs) where torch has it, else as the explicit float32 formul
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.registry import register
+from perf_plugin.trace.args import concrete_arg, tensor_arg
+from perf_plugin.trace.events import TraceOp
+from perf_plugin.trace.mapped import MappedOp, Slot
 from perf_plugin.replay.tensors import (
     DTYPES,
     FLOATING,
@@ -30,9 +33,27 @@ if TYPE_CHECKING:
 EPSILON = 1e-6
 
 
-@register
+def _trace_rms_norm(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
+    """``rms_norm`` / ``_fused_rms_norm`` with a weight: ``x;gamma -> y;rstd`` (rstd FLOAT, the
+    input's shape reduced to 1 over the normalised dims)."""
+    x, weight = tensor_arg(op, 0), tensor_arg(op, 2)
+    if x is None or weight is None or x.rank == 0:
+        return None
+    normalized = concrete_arg(op, 1)
+    dims = len(normalized) if isinstance(normalized, list) and normalized else weight.rank
+    dims = max(1, min(dims, x.rank))
+    rstd = x.shape[:-dims] + (1,) * dims
+    return MappedOp(
+        "RmsNorm",
+        (Slot(x.shape, x.dtype), Slot(weight.shape, weight.dtype)),
+        (Slot(x.shape, x.dtype), Slot(rstd, "FLOAT")),
+    )
+
+
 class RmsNormReplay(OpReplay):
     kernel_types = ("RmsNorm",)
+    npu_api = "torch_npu.npu_rms_norm"
+    trace_ops = MappingProxyType({"aten::rms_norm": _trace_rms_norm, "aten::_fused_rms_norm": _trace_rms_norm})
 
     def _slots(self, row: KernelRow) -> tuple[TensorSpec, TensorSpec, TensorSpec, TensorSpec | None]:
         inputs = row.inputs

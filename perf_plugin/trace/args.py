@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from perf_plugin.ingest.trace_events import TraceOp
+from perf_plugin.trace.events import TraceOp
 
 Shape = tuple[int, ...]
 

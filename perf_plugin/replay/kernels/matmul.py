@@ -10,18 +10,28 @@ keeps ``A`` as ``[M,K]`` and ``B`` as ``[K,N]`` when ambiguous.
 
 Formats are not reproduced (plain torch tensors are ND); a private-format slot that records a
 storage shape (``FRACTAL_NZ`` tiles) fails the shape consistency check with its reason.
+
+Trace ingest: ``mm``, ``addmm``, ``linear`` and ``matmul`` of 2-D operands (or an N-D input
+times a 2-D weight, one 2-D GEMM over ``prod(leading dims)`` rows) become ``MatMulV2`` rows
+``x1;x2[;bias]``; ``bmm`` and ``matmul`` of two 3-D operands with one batch size become
+``BatchMatMulV2`` rows.  GEMMs are the primary rows of wrapper operators (``einsum``).
 """
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.shapes import Shape
+from perf_plugin.database.signature import SignatureRule
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.registry import register
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec, shape_text
+from perf_plugin.trace.args import tensor_arg
+from perf_plugin.trace.events import TraceOp
+from perf_plugin.trace.mapped import MappedOp, Slot
 
 if TYPE_CHECKING:
     import torch
@@ -121,6 +131,72 @@ def _stored(
     return tensor.transpose(-1, -2) if transposed else tensor
 
 
+# ----------------------------------------------------------------------------- trace ingest
+def _gemm_out(a: Shape, b: Shape) -> Shape | None:
+    if len(a) == 2 and len(b) == 2 and a[1] == b[0]:
+        return (a[0], b[1])
+    return None
+
+
+def _trace_mm(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
+    a, b = tensor_arg(op, 0), tensor_arg(op, 1)
+    if a is None or b is None:
+        return None
+    out = _gemm_out(a.shape, b.shape)
+    if out is None:
+        return None
+    return MappedOp("MatMulV2", (Slot(a.shape, a.dtype), Slot(b.shape, b.dtype)), (Slot(out, a.dtype),))
+
+
+def _trace_addmm(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
+    bias, a, b = tensor_arg(op, 0), tensor_arg(op, 1), tensor_arg(op, 2)
+    if a is None or b is None or bias is None:
+        return None
+    out = _gemm_out(a.shape, b.shape)
+    if out is None:
+        return None
+    slots = (Slot(a.shape, a.dtype), Slot(b.shape, b.dtype), Slot(bias.shape, bias.dtype))
+    return MappedOp("MatMulV2", slots, (Slot(out, a.dtype),))
+
+
+def _trace_linear(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
+    x, weight, bias = tensor_arg(op, 0), tensor_arg(op, 1), tensor_arg(op, 2)
+    if x is None or weight is None or x.rank < 2 or weight.rank != 2 or x.shape[-1] != weight.shape[1]:
+        return None
+    rows = math.prod(x.shape[:-1])
+    slots = [Slot((rows, x.shape[-1]), x.dtype), Slot(weight.shape, weight.dtype)]
+    if bias is not None:
+        slots.append(Slot(bias.shape, bias.dtype))
+    return MappedOp("MatMulV2", tuple(slots), (Slot((rows, weight.shape[0]), x.dtype),))
+
+
+def _trace_matmul(op: TraceOp, descendants: list[TraceOp]) -> MappedOp | None:
+    a, b = tensor_arg(op, 0), tensor_arg(op, 1)
+    if a is None or b is None:
+        return None
+    if a.rank == 2 and b.rank == 2:
+        return _trace_mm(op, descendants)
+    if a.rank > 2 and b.rank == 2 and a.shape[-1] == b.shape[0]:
+        rows = math.prod(a.shape[:-1])
+        return MappedOp(
+            "MatMulV2",
+            (Slot((rows, a.shape[-1]), a.dtype), Slot(b.shape, b.dtype)),
+            (Slot((rows, b.shape[1]), a.dtype),),
+        )
+    if a.rank == 3 and b.rank == 3:
+        return _trace_bmm(op, descendants)
+    return None
+
+
+def _trace_bmm(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
+    a, b = tensor_arg(op, 0), tensor_arg(op, 1)
+    if a is None or b is None or a.rank != 3 or b.rank != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        return None
+    out = (a.shape[0], a.shape[1], b.shape[2])
+    return MappedOp("BatchMatMulV2", (Slot(a.shape, a.dtype), Slot(b.shape, b.dtype)), (Slot(out, a.dtype),))
+
+
+# ----------------------------------------------------------------------------- replays
 class _MatmulFamily(OpReplay):
     """What the 2-D and batched matmul replays share: bias check, dtype check, stored operands."""
 
@@ -157,11 +233,17 @@ class _MatmulFamily(OpReplay):
         )
 
 
-@register
 class MatMulReplay(_MatmulFamily):
     """2-D matmul: ``A[M,K] @ B[K,N] (+ bias[N])`` through ``mm`` / ``addmm``."""
 
     kernel_types = ("MatMulV2", "MatMulV3", "MatMulCommon")
+    family = "MatMul"  # which of the three the library runs for a shape is its choice
+    signature_rule = SignatureRule(canonical_matmul=True)
+    npu_api = "torch.mm"
+    trace_primary = True
+    trace_ops = MappingProxyType(
+        {"aten::mm": _trace_mm, "aten::addmm": _trace_addmm, "aten::linear": _trace_linear, "aten::matmul": _trace_matmul}
+    )
 
     def core_layout(self, row: KernelRow, a: Shape, b: Shape, out: Shape) -> MatmulLayout:
         if len(a) != 2 or len(b) != 2 or len(out) != 2:
@@ -191,11 +273,13 @@ class MatMulReplay(_MatmulFamily):
         return bias.addmm(a, b)
 
 
-@register
 class BatchMatMulReplay(_MatmulFamily):
     """Batched matmul ``A[...,M,K] @ B[...,K,N] (+ bias)`` with broadcast batch dims."""
 
     kernel_types = ("BatchMatMulV2",)
+    npu_api = "torch.bmm"
+    trace_primary = True
+    trace_ops = MappingProxyType({"aten::bmm": _trace_bmm})
 
     def core_layout(self, row: KernelRow, a: Shape, b: Shape, out: Shape) -> MatmulLayout:
         if len(a) < 2 or len(b) < 2 or len(out) < 2:

@@ -24,12 +24,16 @@ would launch nothing for a slice along the leading dim or a permutation of unit 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from perf_plugin.database.signature import SignatureRule
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.elementwise import scalar_aware_inputs
-from perf_plugin.replay.registry import register
+from perf_plugin.replay.kernels.elementwise import scalar_aware_inputs
 from perf_plugin.replay.tensors import KernelRow, TensorSpec, shape_text
+from perf_plugin.trace.args import Tensor, concrete_arg, tensor_arg, tensor_list_arg
+from perf_plugin.trace.events import TraceOp
+from perf_plugin.trace.mapped import MappedOp, Slot
 
 if TYPE_CHECKING:
     import torch
@@ -81,6 +85,64 @@ def _cpu_copy(value: Any) -> Any:
     return value
 
 
+# ----------------------------------------------------------------------------- trace ingest
+def _trace_cat(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
+    """``cat``: the output adds up the inputs along ``dim``.  The profiler records no dtypes for
+    tensors passed in a list; those dtype slots are left empty rather than guessed."""
+    tensors = tensor_list_arg(op, 0)
+    if not tensors:
+        return None
+    # Legacy behaviour: 1-D empty tensors are skipped by cat.
+    shaped = [t for t in tensors if t.shape != (0,)] or tensors
+    rank = shaped[0].rank
+    dim = concrete_arg(op, 1)
+    dim = 0 if dim is None else dim
+    outputs: tuple[Slot, ...] = ()
+    if isinstance(dim, int) and rank > 0 and all(t.rank == rank for t in shaped):
+        dim = dim % rank
+        out = list(shaped[0].shape)
+        out[dim] = sum(t.shape[dim] for t in shaped)
+        outputs = (Slot(tuple(out), ""),)
+    return MappedOp("ConcatD", tuple(Slot(t.shape, "") for t in tensors), outputs)
+
+
+def _gather(weight: Tensor, indices: Tensor) -> MappedOp:
+    """``GatherV2`` is ``x;indices;axis`` with ``axis`` a 1-element INT64 tensor."""
+    out = indices.shape + weight.shape[1:]
+    return MappedOp(
+        "GatherV2",
+        (Slot(weight.shape, weight.dtype), Slot(indices.shape, indices.dtype), Slot((1,), "INT64")),
+        (Slot(out, weight.dtype),),
+    )
+
+
+def _trace_embedding(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
+    weight, indices = tensor_arg(op, 0), tensor_arg(op, 1)
+    if weight is None or indices is None or weight.rank != 2:
+        return None
+    return _gather(weight, indices)
+
+
+def _trace_index_select(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
+    x, dim, index = tensor_arg(op, 0), concrete_arg(op, 1), tensor_arg(op, 2)
+    if x is None or index is None or not isinstance(dim, int) or x.rank == 0:
+        return None
+    if dim % x.rank != 0:
+        return None
+    return _gather(x, index)
+
+
+def _trace_tensor_move(op: TraceOp, descendants: list[TraceOp]) -> MappedOp | None:
+    """``clone``, and ``contiguous`` when it copies."""
+    x = tensor_arg(op, 0)
+    if x is None:
+        return None
+    if op.name == "aten::contiguous" and not any(d.name in ("aten::clone", "aten::copy_") for d in descendants):
+        return None
+    return MappedOp("TensorMove", (Slot(x.shape, x.dtype),), (Slot(x.shape, x.dtype),))
+
+
+# ----------------------------------------------------------------------------- replays
 class _DataMovementReplay(OpReplay):
     """Exact verification against the same movement on CPU copies."""
 
@@ -131,11 +193,12 @@ def _source(row: KernelRow, slots: int) -> TensorSpec:
     return row.inputs[0]
 
 
-@register
 class TransposeReplay(_DataMovementReplay):
     """``Transpose(x, perm)``: ``out.copy_(x.permute(perm))``."""
 
     kernel_types = ("Transpose",)
+    signature_rule = SignatureRule(input_slots=1)  # the permutation is a host value
+    npu_api = "torch.Tensor.copy_"
 
     def perm(self, row: KernelRow) -> tuple[int, ...]:
         x = _source(row, 2)
@@ -161,11 +224,12 @@ class TransposeReplay(_DataMovementReplay):
         return x.permute(perm), self.random(row.present_outputs[0], device, generator)
 
 
-@register
 class SliceReplay(_DataMovementReplay):
     """``Slice(x, offsets, size)``: ``out.copy_(x[0:size0, 0:size1, ...])``."""
 
     kernel_types = ("Slice",)
+    signature_rule = SignatureRule(input_slots=1)  # offsets and sizes are host values
+    npu_api = "torch.Tensor.copy_"
 
     def check(self, row: KernelRow) -> None:
         x = _source(row, 3)
@@ -188,11 +252,12 @@ class SliceReplay(_DataMovementReplay):
         return x[tuple(slice(0, size) for size in out.shape)], self.random(out, device, generator)
 
 
-@register
 class TensorMoveReplay(_DataMovementReplay):
     """``TensorMove``: a same-dtype copy, ``out.copy_(x)``."""
 
     kernel_types = ("TensorMove",)
+    npu_api = "torch.Tensor.copy_"
+    trace_ops = MappingProxyType({"aten::clone": _trace_tensor_move, "aten::contiguous": _trace_tensor_move})
 
     def check(self, row: KernelRow) -> None:
         x = _source(row, 1)
@@ -210,11 +275,12 @@ class TensorMoveReplay(_DataMovementReplay):
         return source, self.random(row.present_outputs[0], device, generator)
 
 
-@register
 class GatherV2Replay(_DataMovementReplay):
     """``GatherV2(x, indices, axis)`` (``aclnnEmbedding``): ``x.index_select(axis, indices)``."""
 
     kernel_types = ("GatherV2",)
+    npu_api = "torch.nn.functional.embedding"
+    trace_ops = MappingProxyType({"aten::embedding": _trace_embedding, "aten::index_select": _trace_index_select})
 
     def _slots(self, row: KernelRow) -> tuple[TensorSpec, TensorSpec, TensorSpec, int]:
         if len(row.inputs) < 2:
@@ -262,11 +328,12 @@ class GatherV2Replay(_DataMovementReplay):
         return x.index_select(axis, indices).view(shape)
 
 
-@register
 class ConcatDReplay(_DataMovementReplay):
     """``ConcatD(x0, x1, ...)``: ``torch.cat`` along the axis the shapes imply."""
 
     kernel_types = ("ConcatD",)
+    npu_api = "torch.cat"
+    trace_ops = MappingProxyType({"aten::cat": _trace_cat})
 
     def axis(self, row: KernelRow) -> int:
         if not row.inputs or not all(s.present for s in row.inputs):

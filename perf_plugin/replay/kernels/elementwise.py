@@ -12,13 +12,26 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.shapes import split_slots
 from perf_plugin.database.signature import normalise_dtype, normalise_format
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.matmul import broadcast_shapes
-from perf_plugin.replay.registry import register
+from perf_plugin.replay.kernels.matmul import broadcast_shapes
+from perf_plugin.trace.args import (
+    DEFAULT_FLOAT,
+    SCALAR_TYPE_CODES,
+    broadcast,
+    category,
+    concrete_arg,
+    is_scalar_arg,
+    promote,
+    scalar_dtype,
+    tensor_arg,
+)
+from perf_plugin.trace.events import TraceOp
+from perf_plugin.trace.mapped import MappedOp, Slot, TraceMapper
 from perf_plugin.replay.tensors import (
     DTYPES,
     FLOATING,
@@ -72,6 +85,69 @@ def scalar_aware_outputs(row: KernelRow) -> tuple[TensorSpec, ...]:
     return tuple(specs)
 
 
+# ----------------------------------------------------------------------------- trace ingest
+def _trace_binary(kernel_type: str, scalar_kernel_type: str | None = None, true_division: bool = False) -> TraceMapper:
+    """A binary operator: broadcasting and PyTorch's type promotion give the output.
+
+    A tensor-scalar call keeps the scalar as an empty second slot carrying its dtype, as Ascend
+    profiles record tensor-scalar ``Mul`` (``1000;`` / ``FLOAT;FLOAT``), unless the kernel type
+    has a scalar variant of its own (``Muls``).
+    """
+
+    def mapper(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
+        a = tensor_arg(op, 0)
+        if a is None or a.rank == 0 or len(op.types) < 2:
+            return None
+        if true_division and concrete_arg(op, 2) not in (None,):
+            return None  # div with rounding_mode is floor/trunc division, not RealDiv
+        if is_scalar_arg(op, 1):
+            dtype = promote(a, scalar_dtype(op, 1), b_is_dimensioned=False)
+            if true_division and category(dtype) in (0, 1):
+                dtype = DEFAULT_FLOAT
+            out = (Slot(a.shape, dtype),)
+            if scalar_kernel_type is not None:
+                return MappedOp(scalar_kernel_type, (Slot(a.shape, a.dtype),), out)
+            return MappedOp(kernel_type, (Slot(a.shape, a.dtype), Slot(None, dtype)), out)
+        b = tensor_arg(op, 1)
+        if b is None:
+            return None
+        shape = broadcast(a.shape, b.shape)
+        dtype = promote(a, b.dtype, b_is_dimensioned=True)
+        if true_division and category(dtype) in (0, 1):
+            dtype = DEFAULT_FLOAT
+        if op.name.endswith("_"):
+            shape = a.shape if shape == a.shape else None  # in place: the result is ``a``
+            dtype = a.dtype
+        outputs = (Slot(shape, dtype),) if shape is not None else ()
+        return MappedOp(kernel_type, (Slot(a.shape, a.dtype), Slot(b.shape, b.dtype)), outputs)
+
+    return mapper
+
+
+def _trace_cast(op: TraceOp, descendants: list[TraceOp]) -> MappedOp | None:
+    """``_to_copy`` / ``to`` that change the dtype (its ``dtype`` argument, else the copy's target)."""
+    x = tensor_arg(op, 0)
+    if x is None:
+        return None
+    to_copy = op if op.name == "aten::_to_copy" else next((d for d in descendants if d.name == "aten::_to_copy"), None)
+    if to_copy is None:
+        return None
+    code = concrete_arg(to_copy, 1)
+    target = SCALAR_TYPE_CODES.get(code, "") if isinstance(code, int) and not isinstance(code, bool) else ""
+    if not target:
+        copy = next((d for d in [to_copy, *descendants] if d.name == "aten::copy_"), None)
+        destination = tensor_arg(copy, 0) if copy is not None else None
+        target = destination.dtype if destination is not None else ""
+    if not target or target == x.dtype:
+        return None  # a copy without a dtype change (device or layout): not a Cast
+    return MappedOp("Cast", (Slot(x.shape, x.dtype),), (Slot(x.shape, target),))
+
+
+def _ops(*names: str, mapper: TraceMapper) -> MappingProxyType[str, TraceMapper]:
+    return MappingProxyType({f"aten::{name}": mapper for name in names})
+
+
+# ----------------------------------------------------------------------------- replays
 class _ElementwiseReplay(OpReplay):
     """Shared slot handling of the elementwise replays."""
 
@@ -132,9 +208,10 @@ class _BinaryReplay(_ElementwiseReplay):
         return x, y, self.random(out_spec, device, generator)
 
 
-@register
 class AddReplay(_BinaryReplay):
     kernel_types = ("Add",)
+    npu_api = "torch.add"
+    trace_ops = _ops("add", "add_", mapper=_trace_binary("Add"))
 
     def run(self, x: "torch.Tensor", y: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
         if out is None:
@@ -144,9 +221,10 @@ class AddReplay(_BinaryReplay):
         return torch.add(x, y, out=out)
 
 
-@register
 class MulReplay(_BinaryReplay):
     kernel_types = ("Mul",)
+    npu_api = "torch.mul"
+    trace_ops = _ops("mul", "mul_", mapper=_trace_binary("Mul", "Muls"))  # tensor x scalar: Muls
 
     def run(self, x: "torch.Tensor", y: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
         if out is None:
@@ -156,9 +234,10 @@ class MulReplay(_BinaryReplay):
         return torch.mul(x, y, out=out)
 
 
-@register
 class SubReplay(_BinaryReplay):
     kernel_types = ("Sub",)
+    npu_api = "torch.sub"
+    trace_ops = _ops("sub", "sub_", mapper=_trace_binary("Sub"))
 
     def run(self, x: "torch.Tensor", y: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
         if out is None:
@@ -168,11 +247,12 @@ class SubReplay(_BinaryReplay):
         return torch.sub(x, y, out=out)
 
 
-@register
 class RealDivReplay(_BinaryReplay):
     """True division (integer inputs give a floating result, written into the row's dtype)."""
 
     kernel_types = ("RealDiv",)
+    npu_api = "torch.div"
+    trace_ops = _ops("div", "div_", mapper=_trace_binary("RealDiv", true_division=True))
 
     def run(self, x: "torch.Tensor", y: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
         import torch
@@ -182,7 +262,6 @@ class RealDivReplay(_BinaryReplay):
         return torch.div(x, y, out=out)
 
 
-@register
 class MulsReplay(_ElementwiseReplay):
     """``Muls``: a tensor times a host scalar (the scalar is an attribute the row does not record).
 
@@ -191,6 +270,7 @@ class MulsReplay(_ElementwiseReplay):
     """
 
     kernel_types = ("Muls",)
+    npu_api = "torch.mul"
 
     def check(self, row: KernelRow) -> None:
         (x,), out = self.operands(row)
@@ -218,11 +298,12 @@ class MulsReplay(_ElementwiseReplay):
         return x.mul(scalar)
 
 
-@register
 class CastReplay(_ElementwiseReplay):
     """``Cast``: ``x.to(dtype)``; the reference is the float64 value rounded to the target dtype."""
 
     kernel_types = ("Cast",)
+    npu_api = "torch.Tensor.to"
+    trace_ops = _ops("_to_copy", "to", mapper=_trace_cast)
 
     def check(self, row: KernelRow) -> None:
         (x,), out = self.operands(row)

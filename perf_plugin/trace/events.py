@@ -1,0 +1,72 @@
+"""The operators, launches and device activities of one PyTorch profile, as plain data.
+
+Readers (``perf_plugin.ingest.trace_events``) build these from a Chrome trace file or a live
+profiler; the attribution step links operators to the kernels they launched; kernel types map
+operators to database rows (``perf_plugin.trace.mapped``).  Times are integer nanoseconds so
+that nesting tests are exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(eq=False)
+class TraceOp:
+    """A CPU operator; ``children`` and ``parent`` are filled by the attribution step."""
+
+    name: str
+    thread: tuple[int, int]
+    start_ns: int
+    end_ns: int
+    external_id: int | None = None
+    dims: list[Any] = field(default_factory=list)
+    types: list[str] = field(default_factory=list)
+    concrete: list[Any] = field(default_factory=list)
+    children: list["TraceOp"] = field(default_factory=list)
+    parent: "TraceOp | None" = None
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    def descendants(self) -> list["TraceOp"]:
+        """The operators this one called, in call order (pre-order)."""
+        found: list[TraceOp] = []
+        stack = list(reversed(self.children))
+        while stack:
+            node = stack.pop()
+            found.append(node)
+            stack.extend(reversed(node.children))
+        return found
+
+
+@dataclass(frozen=True)
+class Launch:
+    name: str
+    thread: tuple[int, int]
+    start_ns: int
+    correlation: int | None
+    external_id: int | None
+
+
+@dataclass(frozen=True)
+class DeviceActivity:
+    name: str
+    category: str
+    start_ns: int
+    duration_ns: int
+    correlation: int | None
+    external_id: int | None
+
+
+@dataclass
+class TraceData:
+    ops: list[TraceOp]
+    launches: list[Launch]
+    activities: list[DeviceActivity]
+    device_name: str | None = None
+    source: Path | None = None
+    has_shapes: bool = False

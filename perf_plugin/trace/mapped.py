@@ -1,0 +1,49 @@
+"""A traced operator as a database row: its kernel type and the identity cells of its slots.
+
+A kernel type declares the operators it stands for (``OpReplay.trace_ops``): each maps a traced
+operator (and the operators it called) to a ``MappedOp``, or to None when the call is not one of
+its kernels (a ``div`` with a rounding mode is not a ``RealDiv``).  Slots follow the database's
+layout for that kernel type; dtypes are written in the Ascend spelling and every format is ``ND``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from perf_plugin.database.shapes import QuoteStyle, format_shape_cell
+from perf_plugin.trace.args import Shape
+from perf_plugin.trace.events import TraceOp
+
+
+@dataclass(frozen=True)
+class Slot:
+    shape: Shape | None  # None: an empty slot (a scalar, or an absent optional input)
+    dtype: str
+
+
+@dataclass(frozen=True)
+class MappedOp:
+    kernel_type: str
+    inputs: tuple[Slot, ...]
+    outputs: tuple[Slot, ...]
+
+    def cells(self, accelerator_core: str) -> dict[str, str]:
+        return {
+            "OP State": "dynamic",
+            "Accelerator Core": accelerator_core,
+            "Input Shapes": _shapes(self.inputs),
+            "Input Data Types": ";".join(s.dtype for s in self.inputs),
+            "Input Formats": ";".join("ND" for _ in self.inputs),
+            "Output Shapes": _shapes(self.outputs),
+            "Output Data Types": ";".join(s.dtype for s in self.outputs),
+            "Output Formats": ";".join("ND" for _ in self.outputs),
+        }
+
+
+def _shapes(slots: Sequence[Slot]) -> str:
+    return format_shape_cell([s.shape for s in slots], QuoteStyle.EMBEDDED) if slots else ""
+
+
+# (the operator, the operators it called in call order) -> the row, or None when not this kernel
+TraceMapper = Callable[[TraceOp, list[TraceOp]], "MappedOp | None"]
