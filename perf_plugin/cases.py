@@ -1,10 +1,12 @@
 """Database rows -> frozen Case objects -> ``pytest.param`` with stable, readable ids.
 
-Every row of every selected CSV becomes exactly one case.  Rows that cannot become a replay
-case (malformed shape, unknown dtype, a pattern the replay rejects) become *quarantined* cases:
-they are still parametrized, shown as skipped with the reason, and moved to a quarantine file at
-write-back.  Rows whose kernel type has no replay are skipped with that reason and counted by the
-coverage gate.  Ids name the kernel type, shapes and dtypes (``MatMulV3-4096x1024,1024x3584-BF16``)
+Every row of every selected CSV becomes exactly one case.  A row whose cells cannot be parsed at
+all (malformed shape, unknown dtype) becomes a *quarantined* case: shown as skipped with the
+reason, and set aside at write-back into a quarantine file that keeps every column.  A row the
+replay cannot build (a layout or pattern it does not reproduce) is *unsupported*, and a row
+whose kernel type has no replay is *no-replay*: both are skipped with the reason, counted by the
+coverage gate, and left in their CSV untouched (their profiled data stays where readers find it).
+  Ids name the kernel type, shapes and dtypes (``MatMulV3-4096x1024,1024x3584-BF16``)
 and never the row index alone; duplicate signatures in one file get ``#2``, ``#3`` suffixes in
 file order, so ids are stable as long as the file's rows are.
 """
@@ -38,7 +40,8 @@ from perf_plugin.replay.tensors import KernelRow, kernel_row_from_cells
 from perf_plugin.results import CaseRef
 
 STATUS_READY = "ready"
-STATUS_QUARANTINED = "quarantined"  # row is bad or unreplayable: moved aside at write-back
+STATUS_QUARANTINED = "quarantined"  # a cell cannot be parsed: set aside at write-back
+STATUS_UNSUPPORTED = "unsupported"  # the replay cannot build this row: skipped, row left as it is
 STATUS_NO_REPLAY = "no-replay"  # kernel type has no replay: skipped, counted by coverage
 STATUS_FILLED = "filled"  # update-mode missing-only and the row already has a duration
 STATUS_FILE_ERROR = "file-error"  # the whole file is unusable (missing columns): skipped, untouched
@@ -132,7 +135,7 @@ def _row_case(
         replay.check(row)
     except CaseBuildError as exc:
         reason = DatabaseError(f"replay cannot be built: {exc}", path=table.path, row=line).describe()
-        return case(STATUS_QUARANTINED, reason, row), base_id
+        return case(STATUS_UNSUPPORTED, reason, row), base_id
     return case(STATUS_READY, "", row), base_id
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from perf_plugin.cases import STATUS_NO_REPLAY, STATUS_QUARANTINED
+from perf_plugin.cases import STATUS_NO_REPLAY, STATUS_QUARANTINED, STATUS_UNSUPPORTED
 from perf_plugin.coverage import coverage_by_kernel, format_coverage, overall_fraction
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.replay.cache_modes import effective_cache_mode
@@ -21,6 +21,7 @@ from perf_plugin.results import (
     OUTCOME_NO_REPLAY,
     OUTCOME_QUARANTINED,
     OUTCOME_SKIPPED,
+    OUTCOME_UNSUPPORTED,
     CaseResult,
     QuarantinedRow,
     RunSummary,
@@ -42,6 +43,7 @@ def _timestamp() -> str:
 
 _STATUS_OUTCOME = {
     STATUS_QUARANTINED: OUTCOME_QUARANTINED,
+    STATUS_UNSUPPORTED: OUTCOME_UNSUPPORTED,
     STATUS_NO_REPLAY: OUTCOME_NO_REPLAY,
 }
 

@@ -17,7 +17,8 @@ from typing import Any
 OUTCOME_PASSED = "passed"
 OUTCOME_FAILED = "failed"
 OUTCOME_SKIPPED = "skipped"
-OUTCOME_QUARANTINED = "quarantined"
+OUTCOME_QUARANTINED = "quarantined"  # a cell of the row cannot be parsed: set aside
+OUTCOME_UNSUPPORTED = "unsupported"  # the replay cannot build the row: left in its CSV
 OUTCOME_NO_REPLAY = "no-replay"
 
 

@@ -175,27 +175,33 @@ def test_no_writeback_leaves_the_database_as_it_was(pytester: pytest.Pytester, p
     assert (project / "MatMulV2.csv").read_bytes() == before
 
 
-def test_bad_rows_are_quarantined_with_the_reason(pytester: pytest.Pytester, project: Path) -> None:
+def test_malformed_rows_are_set_aside_and_rows_the_replay_cannot_build_stay(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    header = HEADER + ",Profiling Average Duration(us),Note"
     rows = [
-        MATMUL_ROWS[0],
-        'dynamic,AI_CORE,"""32,x;64,16""",FLOAT;FLOAT,ND;ND,"""32,16""",FLOAT,ND',  # malformed shape
-        'dynamic,AI_CORE,"""32,64;64,16""",DT_COMPLEX99;FLOAT,ND;ND,"""32,16""",FLOAT,ND',  # unknown dtype
-        'dynamic,AI_CORE,"""32,64;65,16""",FLOAT;FLOAT,ND;ND,"""32,16""",FLOAT,ND',  # inconsistent
+        MATMUL_ROWS[0] + ",5.5,kept",
+        'dynamic,AI_CORE,"""32,x;64,16""",FLOAT;FLOAT,ND;ND,"""32,16""",FLOAT,ND,7.5,malformed shape',
+        'dynamic,AI_CORE,"""32,64;64,16""",DT_COMPLEX99;FLOAT,ND;ND,"""32,16""",FLOAT,ND,,unknown dtype',
+        'dynamic,AI_CORE,"""32,64;65,16""",FLOAT;FLOAT,ND;ND,"""32,16""",FLOAT,ND,9.25,inconsistent',
     ]
-    write_csv(project / "MatMulV2.csv", HEADER, rows)
+    write_csv(project / "MatMulV2.csv", header, rows)
     result = run(pytester, project, "-k", "MatMulV2", "-rs")
     result.assert_outcomes(passed=1, skipped=3)
     result.stdout.fnmatch_lines(
         [
             "*MatMulV2.csv, row 3, column 'Input Shapes': malformed shape*",
             "*MatMulV2.csv, row 4, column 'Input Data Types': unknown dtype 'COMPLEX99'*",
-            "*MatMulV2.csv, row 5: replay cannot be built*",
+            "*unsupported: *MatMulV2.csv, row 5: replay cannot be built*",
         ]
     )
     kept = read_rows(project / "MatMulV2.csv")
-    assert len(kept) == 1 and float(kept[0]["Average Duration(us)"]) > 0
+    # the row the replay cannot build keeps its place and its profiled duration, and gets none
+    assert [(r["Note"], r["Profiling Average Duration(us)"]) for r in kept] == [("kept", "5.5"), ("inconsistent", "9.25")]
+    assert float(kept[0]["Average Duration(us)"]) > 0 and kept[1]["Average Duration(us)"] == ""
     quarantine = read_rows(project / "MatMulV2.quarantine.csv")
-    assert [q["Input Shapes"] for q in quarantine] == ['"32,x;64,16"', '"32,64;64,16"', '"32,64;65,16"']
+    assert [q["Note"] for q in quarantine] == ["malformed shape", "unknown dtype"]
+    assert quarantine[0]["Profiling Average Duration(us)"] == "7.5"  # every column set aside with the row
     assert "malformed shape" in quarantine[0]["Quarantine Reason"]
 
 

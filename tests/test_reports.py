@@ -31,6 +31,7 @@ from perf_plugin.report.gap import GAP_COLUMNS, write_gap_csv
 from perf_plugin.report.markdown import render_replay_report
 from perf_plugin.report.plot import plot_gap
 from perf_plugin.report.run_json import build_run_report, write_run_report
+from perf_plugin.report.tally import tally_cases
 from perf_plugin.report.writer import coverage_table, format_coverage_table, report_timestamp, write_reports
 from perf_plugin.results import (
     CaseRef,
@@ -201,8 +202,15 @@ def test_markdown_run_facts_and_case_counts() -> None:
     assert facts["command"] == "`pytest bench -k 'MatMulV3 or RmsNorm or FlashAttentionScore' -n 2`"
     # 10 rows: MatMulV3 6 (4 passed, 1 failed, 1 quarantined), RmsNorm 3, FlashAttentionScore 1.
     assert _table(_section(text, "Cases")) == [
-        {"cases": "10", "passed": "5", "failed": "1", "skipped": "1", "no replay": "1", "quarantined": "2"}
+        {"cases": "10", "passed": "5", "failed": "1", "skipped": "1", "no replay": "1", "cannot build": "0",
+         "quarantined": "2"}
     ]
+
+
+def test_a_row_the_replay_cannot_build_counts_as_having_no_replay_not_as_quarantined() -> None:
+    tally = tally_cases([RMS_BAD.result("unsupported", reason=RMS_BAD_REASON), RMS_A.result("passed", (66.0,))])
+    rms = tally.kernels["RmsNorm"]
+    assert (rms.rows, rms.unsupported, rms.quarantined, rms.with_replay, rms.passed) == (2, 1, 0, 1, 1)
 
 
 def test_markdown_kernel_type_table() -> None:
@@ -212,15 +220,18 @@ def test_markdown_kernel_type_table() -> None:
     median_mm = statistics.median([161.825, 78.608, 287.208, 102.7158])  # 132.2704
     assert rows["MatMulV3"] == {
         "kernel type": "MatMulV3", "rows": "6", "replayed": "5", "passed": "4", "failed": "1", "skipped": "0",
-        "no replay": "0", "quarantined": "1", "median Average Duration(us)": f"{median_mm:.2f}",
+        "no replay": "0", "cannot build": "0", "quarantined": "1",
+        "median Average Duration(us)": f"{median_mm:.2f}",
     }
     assert rows["RmsNorm"] == {
         "kernel type": "RmsNorm", "rows": "3", "replayed": "1", "passed": "1", "failed": "0", "skipped": "1",
-        "no replay": "0", "quarantined": "1", "median Average Duration(us)": "66.12",
+        "no replay": "0", "cannot build": "0", "quarantined": "1",
+        "median Average Duration(us)": "66.12",
     }
     assert rows["FlashAttentionScore"] == {
         "kernel type": "FlashAttentionScore", "rows": "1", "replayed": "0", "passed": "0", "failed": "0",
-        "skipped": "0", "no replay": "1", "quarantined": "0", "median Average Duration(us)": "",
+        "skipped": "0", "no replay": "1", "cannot build": "0", "quarantined": "0",
+        "median Average Duration(us)": "",
     }
 
 
@@ -371,7 +382,9 @@ def test_run_report_required_fields_and_stats() -> None:
         },
         "RmsNorm": {"passed": 1, "total": 3, "profile": {"median_average_us": 66.12, "cases_with_duration": 1}},
     }
-    assert report["outcome_counts"] == {"passed": 5, "failed": 1, "skipped": 1, "no_replay": 1, "quarantined": 2}
+    assert report["outcome_counts"] == {
+        "passed": 5, "failed": 1, "skipped": 1, "no_replay": 1, "unsupported": 0, "quarantined": 2
+    }
 
 
 def test_run_report_extra_sections() -> None:

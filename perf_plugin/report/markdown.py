@@ -68,21 +68,21 @@ def _facts(summary: RunSummary) -> list[str]:
 
 
 def _counts(tally: RunTally) -> list[str]:
-    header = ("cases", "passed", "failed", "skipped", "no replay", "quarantined")
+    header = ("cases", "passed", "failed", "skipped", "no replay", "cannot build", "quarantined")
     row = (tally.rows, tally.total("passed"), tally.total("failed"), tally.total("skipped"),
-           tally.total("no_replay"), tally.total("quarantined"))
-    return table(header, [row], "rrrrrr")
+           tally.total("no_replay"), tally.total("unsupported"), tally.total("quarantined"))
+    return table(header, [row], "rrrrrrr")
 
 
 def _kernels(tally: RunTally) -> list[str]:
-    header = ("kernel type", "rows", "replayed", "passed", "failed", "skipped", "no replay", "quarantined",
+    header = ("kernel type", "rows", "replayed", "passed", "failed", "skipped", "no replay", "cannot build", "quarantined",
               "median Average Duration(us)")
     rows = [
-        (k.kernel_type, k.rows, k.replayed, k.passed, k.failed, k.skipped, k.no_replay, k.quarantined,
+        (k.kernel_type, k.rows, k.replayed, k.passed, k.failed, k.skipped, k.no_replay, k.unsupported, k.quarantined,
          us(k.median_average_us))
         for k in tally.kernels.values()
     ]
-    return table(header, rows, "lrrrrrrrr") if rows else ["No cases."]
+    return table(header, rows, "lrrrrrrrrr") if rows else ["No cases."]
 
 
 def _writeback(summary: RunSummary) -> list[str]:

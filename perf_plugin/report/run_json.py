@@ -151,6 +151,7 @@ def build_run_report(summary: RunSummary, reports_dir: str | Path | None = None)
             "failed": tally.total("failed"),
             "skipped": tally.total("skipped"),
             "no_replay": tally.total("no_replay"),
+            "unsupported": tally.total("unsupported"),
             "quarantined": tally.total("quarantined"),
         },
         "results": [_case(r) for r in summary.results],

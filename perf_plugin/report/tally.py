@@ -22,6 +22,7 @@ from perf_plugin.results import (
     OUTCOME_PASSED,
     OUTCOME_QUARANTINED,
     OUTCOME_SKIPPED,
+    OUTCOME_UNSUPPORTED,
     CaseResult,
     QuarantinedRow,
     RunSummary,
@@ -38,6 +39,7 @@ class KernelTally:
     failed: int = 0
     skipped: int = 0
     no_replay: int = 0
+    unsupported: int = 0  # the replay cannot build the row
     quarantined: int = 0
     # ``Average Duration(us)`` (the mean of the steady-state samples) of each measured case.
     averages_us: list[float] = field(default_factory=list)
@@ -49,8 +51,8 @@ class KernelTally:
 
     @property
     def with_replay(self) -> int:
-        """Rows that have a replay: everything but quarantined and no-replay rows."""
-        return self.rows - self.no_replay - self.quarantined
+        """Rows that have a replay: everything but quarantined, unsupported and no-replay rows."""
+        return self.rows - self.no_replay - self.unsupported - self.quarantined
 
     @property
     def median_average_us(self) -> float | None:
@@ -64,6 +66,8 @@ class KernelTally:
             self.skipped += 1
         elif outcome == OUTCOME_NO_REPLAY:
             self.no_replay += 1
+        elif outcome == OUTCOME_UNSUPPORTED:
+            self.unsupported += 1
         elif outcome == OUTCOME_QUARANTINED:
             self.quarantined += 1
         else:
