@@ -107,6 +107,7 @@ def _row_case(
     index: int,
     replay: OpReplay | None,
     update_mode: str,
+    named_apis: bool,
 ) -> tuple[Case, str]:
     cells = table.row_dict(index)
     line = table.line_of(index)
@@ -132,6 +133,8 @@ def _row_case(
     if replay is None:
         return case(STATUS_NO_REPLAY, f"no replay for kernel type {kernel_type}", row), base_id
     try:
+        if not replay.portable and not named_apis:
+            raise CaseBuildError(f"{kernel_type} runs only through {replay.npu_api} on an Ascend NPU (no portable equivalent)")
         replay.check(row)
     except CaseBuildError as exc:
         reason = DatabaseError(f"replay cannot be built: {exc}", path=table.path, row=line).describe()
@@ -214,8 +217,13 @@ def load_case_set(
     update_mode: str = "all",
     csv_files: Iterable[Path] | None = None,
     replay_type: Callable[[str], str] = lambda kernel_type: kernel_type,
+    named_apis: bool = False,
 ) -> CaseSet:
-    """Read every compute CSV of ``directory`` and turn each row into a Case."""
+    """Read every compute CSV of ``directory`` and turn each row into a Case.
+
+    ``named_apis``: the backend launches kernels through the APIs op_mapping.yaml names (an NPU),
+    so replays without a portable ``run`` can build their rows too.
+    """
     result = CaseSet()
     for path in csv_files if csv_files is not None else list_kernel_csvs(directory):
         kernel_type = path.stem
@@ -243,7 +251,7 @@ def load_case_set(
         for index in range(len(table)):
             if table.is_blank(index):
                 continue
-            case, base_id = _row_case(kernel_type, table, index, replay, update_mode)
+            case, base_id = _row_case(kernel_type, table, index, replay, update_mode, named_apis)
             seen[base_id] = seen.get(base_id, 0) + 1
             if seen[base_id] > 1:
                 case = dataclasses.replace(case, ref=dataclasses.replace(case.ref, case_id=f"{base_id}#{seen[base_id]}"))

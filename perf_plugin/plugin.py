@@ -210,8 +210,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             lookup, replay_type = replay_lookup_for(state.location.directory, kernels)
         except (DatabaseError, CatalogError) as exc:
             raise _collection_error(str(exc)) from None
+        from perf_plugin.backends.select import backend_class
+
         state.case_set = load_case_set(
-            state.location.directory, lookup, state.settings.update_mode, replay_type=replay_type
+            state.location.directory,
+            lookup,
+            state.settings.update_mode,
+            replay_type=replay_type,
+            named_apis=backend_class(state.backend_name).launches_named_apis,
         )
         state.notes.extend(state.case_set.messages)
     params = as_params(state.case_set)

@@ -21,6 +21,9 @@ class Backend(ABC):
     visible_devices_var: str | None = None
     # The collector kind that measures this backend: "torch" (in process) or "msprof" (whole run).
     collector: str = "torch"
+    # Whether replays launch their kernels through the API op_mapping.yaml names (an NPU, where a
+    # torch composition would record other kernel types) rather than their portable ``run``.
+    launches_named_apis: bool = False
 
     def __init__(self, index: int = 0) -> None:
         self.index = index
@@ -59,6 +62,10 @@ class Backend(ABC):
         generator = torch.Generator(device=self.torch_device())
         generator.manual_seed(seed)
         return generator
+
+    def format_cast(self, tensor: "torch.Tensor", acl_format: int) -> "torch.Tensor":
+        """``tensor`` in a private storage format (only an NPU has them)."""
+        raise NotImplementedError(f"the {self.name} backend has no private storage formats")
 
     def describe(self) -> str:
         return f"{self.name} ({self.device_name()})"

@@ -34,6 +34,7 @@ class NpuBackend(Backend):
     ccl = "hccl"
     visible_devices_var = "ASCEND_RT_VISIBLE_DEVICES"
     collector = "msprof"
+    launches_named_apis = True
 
     def __init__(self, index: int = 0, device_label: str = DEFAULT_ASCEND_DEVICE) -> None:
         super().__init__(index)
@@ -78,6 +79,9 @@ class NpuBackend(Backend):
         import torch
 
         torch.npu.empty_cache()  # type: ignore[attr-defined]
+
+    def format_cast(self, tensor: "torch.Tensor", acl_format: int) -> "torch.Tensor":
+        return import_torch_npu().npu_format_cast(tensor, acl_format)  # type: ignore[no-any-return]
 
 
 def cann_version() -> str | None:

@@ -7,7 +7,13 @@ from perf_plugin.backends.cpu import CpuBackend
 from perf_plugin.backends.cuda import CudaBackend
 from perf_plugin.backends.npu import NpuBackend
 
-BACKEND_CHOICES = ("auto", "cpu", "cuda", "npu")
+BACKEND_CLASSES: dict[str, type[Backend]] = {"cpu": CpuBackend, "cuda": CudaBackend, "npu": NpuBackend}
+BACKEND_CHOICES = ("auto", *BACKEND_CLASSES)
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The class of a resolved backend name (its declarations, without touching the device)."""
+    return BACKEND_CLASSES[name]
 
 
 def resolve_backend(choice: str, index: int = 0, ascend_device: str | None = None) -> Backend:

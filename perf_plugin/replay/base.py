@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from perf_plugin.database.signature import PLAIN, SignatureRule
+from perf_plugin.replay.api_call import ApiCall
 from perf_plugin.replay.tensors import DTYPES, KernelRow, TensorSpec, random_tensor
 from perf_plugin.trace.mapped import TraceMapper
 
@@ -68,6 +69,9 @@ class OpReplay(ABC):
     # The API that launches the kernel on an NPU, as op_mapping.yaml's
     # ``torch_npu_reference.<kernel type>.microbench_api`` names it.
     npu_api: ClassVar[str | None] = None
+    # Whether ``run`` runs on any torch device (CPU, CUDA); False for a kernel whose only
+    # implementation is the NPU API (its rows are then unsupported elsewhere, with the reason).
+    portable: ClassVar[bool] = True
 
     def check(self, row: KernelRow) -> None:
         """Raise CaseBuildError if the row cannot be replayed.  Must not allocate tensors."""
@@ -81,6 +85,21 @@ class OpReplay(ABC):
     @abstractmethod
     def run(self, *args: Any) -> "torch.Tensor | tuple[torch.Tensor, ...]":
         """Run the op once; must return its outputs (aligned with the row's present outputs)."""
+
+    def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall | None:
+        """The call of ``npu_api`` that launches this row's kernel on an NPU, on the inputs
+        ``make_inputs`` built (see ``perf_plugin.replay.api_call``).
+
+        None when ``run`` itself is that call: a ``torch.*`` operator whose NPU implementation
+        launches the row's kernel (``torch.add`` -> aclnnAdd -> ``Add``).
+        """
+        return None
+
+    def api_call(self, *args: Any, select: tuple[int, ...] | None = None, **kwargs: Any) -> ApiCall:
+        """``npu_api(*args, **kwargs)``, ``select`` picking the row's outputs (``ApiCall.outputs``)."""
+        if not self.npu_api:
+            raise TypeError(f"{type(self).__name__} declares no npu_api")
+        return ApiCall(self.npu_api, args, kwargs, select)
 
     def reference(self, *args: Any) -> "torch.Tensor | tuple[torch.Tensor, ...]":
         return self.run(*[_to_reference(a) for a in args])

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.replay.api_call import bind_call, resolve_api
 from perf_plugin.replay.base import CaseBuildError
 from perf_plugin.replay.cache_modes import (
     FALLBACK_CACHE_BYTES,
@@ -27,6 +28,8 @@ from perf_plugin.replay.verify import VerificationError, verify_outputs
 
 if TYPE_CHECKING:
     from perf_plugin.backends.base import Backend
+    from perf_plugin.replay.base import OpReplay
+    from perf_plugin.replay.tensors import KernelRow
     from perf_plugin.cases import Case
     from perf_plugin.profiling.collector import Collector
 
@@ -108,6 +111,21 @@ class ReplayRunner:
             self._flush()()
         return rotating(function, input_sets)
 
+    def _launcher(self, replay: "OpReplay", row: "KernelRow", args: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+        """What the case runs: the replay's portable ``run`` on its inputs or, where the backend
+        launches kernels through the APIs op_mapping.yaml names (an NPU), that API's call, bound
+        once (inputs in private storage formats are cast here, outside the timed repeats)."""
+        if not self.backend.launches_named_apis:
+            return replay.run, args
+        call = replay.npu_call(row, args)
+        if call is None:
+            return replay.run, args
+        try:
+            function = resolve_api(call.api)
+        except ImportError as exc:
+            raise CaseSkip(str(exc)) from None
+        return bind_call(call, function, self.backend.format_cast), ()
+
     def run(self, case: "Case") -> None:
         assert case.row is not None
         replay = get_replay(case.replay_kernel_type or case.ref.kernel_type)
@@ -120,7 +138,8 @@ class ReplayRunner:
             generator = self.backend.generator(self.seed)
             try:
                 args = replay.make_inputs(case.row, device, generator)
-                outputs = replay.run(*args)
+                function, call_args = self._launcher(replay, case.row, args)
+                outputs = function(*call_args)
                 self.backend.synchronize()
             except CaseBuildError as exc:
                 raise CaseFailure(f"replay cannot be built: {exc}") from None
@@ -135,7 +154,7 @@ class ReplayRunner:
                 raise CaseFailure(str(exc)) from None
             del outputs, reference
             try:
-                run_once = self._timed_call(replay.run, args)
+                run_once = self._timed_call(function, call_args)
             except RuntimeError as exc:
                 if "out of memory" in str(exc).lower():
                     raise CaseSkip(f"out of device memory for the {self.cache_mode} cache mode") from None
@@ -143,7 +162,7 @@ class ReplayRunner:
             for _ in range(self.warmup_count):
                 run_once()
             self.collector.measure(case, run_once, self.repeat_count, self._before_repeat())
-            del run_once  # releases rotating copies of the inputs with the inputs
+            del run_once, function, call_args  # releases rotating copies of the inputs with the inputs
         finally:
             del args
             self._release(case.row.nbytes)

@@ -2,7 +2,8 @@
 
 ``SwiGlu`` (``torch_npu.npu_swiglu(x, dim)``) splits ``x`` in two halves ``A, B`` along ``dim``
 and returns ``silu(A) * B``; ``dim`` is an attribute the row does not record, so it is the one
-dimension the output halves.  ``SoftmaxV2`` (``aclnnSoftmax``) records no axis either; it is
+dimension the output halves.  Its portable ``run`` is that formula (two kernels on CUDA); on an
+NPU the replay calls ``npu_swiglu`` itself, which launches the ``SwiGlu`` kernel.  ``SoftmaxV2`` (``aclnnSoftmax``) records no axis either; it is
 replayed over the last dimension, where every LLM softmax (MoE routing, sampling) runs.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from perf_plugin.replay.api_call import ApiCall
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec, shape_text
 from perf_plugin.trace.args import SCALAR_TYPE_CODES, concrete_arg, tensor_arg
@@ -73,6 +75,10 @@ class SwiGluReplay(OpReplay):
         dim = self.dim(row)
         x, _ = _single(row)
         return self.random(x, device, generator), dim
+
+    def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
+        x, dim = args
+        return self.api_call(x, dim=dim)
 
     def run(self, x: "torch.Tensor", dim: int) -> "torch.Tensor":
         import torch

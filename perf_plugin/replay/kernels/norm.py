@@ -7,7 +7,8 @@ shape of ``x`` with the normalised dims set to 1 (``x [4096,1,1024]``, ``gamma [
 not record; ``1e-6`` is the default of ``torch_npu.npu_rms_norm`` and ``aclnnRmsNorm`` callers.
 
 The op runs as ``torch._fused_rms_norm`` (one kernel on CUDA, returns ``(y, rstd)`` with rstd in
-float32 for half inputs) where torch has it, else as the explicit float32 formula.
+float32 for half inputs) where torch has it, else as the explicit float32 formula.  On an NPU it
+is ``torch_npu.npu_rms_norm(x, gamma, epsilon)`` (aclnnRmsNorm), which returns ``(y, rstd)``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from perf_plugin.replay.api_call import ApiCall
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.trace.args import concrete_arg, tensor_arg
 from perf_plugin.trace.events import TraceOp
@@ -109,6 +111,10 @@ class RmsNormReplay(OpReplay):
             EPSILON,
             rstd is not None,
         )
+
+    def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
+        x, gamma, _, eps, with_rstd = args
+        return self.api_call(x, gamma, epsilon=eps, select=(0, 1) if with_rstd else (0,))
 
     def run(
         self, x: "torch.Tensor", gamma: "torch.Tensor", shape: list[int], eps: float, with_rstd: bool
