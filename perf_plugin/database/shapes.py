@@ -38,6 +38,9 @@ def detect_quote_style(values: Sequence[str]) -> QuoteStyle:
     return QuoteStyle.PLAIN
 
 
+NOT_RECORDED = "N/A"
+
+
 def split_slots(value: str) -> list[str]:
     """Split a shape/dtype/format cell into its slots (``""`` -> no slots)."""
     inner = strip_embedded_quotes(value)
@@ -49,8 +52,12 @@ def split_slots(value: str) -> list[str]:
 def parse_shape_cell(value: str) -> list[SlotShape]:
     """Parse ``"136,7168;7168,3584"`` into ``[(136, 7168), (7168, 3584)]``.
 
+    ``N/A`` is what profilers write for a kernel that records no tensors on that side (the
+    outputs of an in-place kernel such as ``ApplyAdamWV2`` or ``MemSet``): no slots.
     Raises DatabaseError (without location; callers add it) on a malformed cell.
     """
+    if strip_embedded_quotes(value).strip() == NOT_RECORDED:
+        return []
     slots: list[SlotShape] = []
     for slot in split_slots(value):
         slot = slot.strip()
