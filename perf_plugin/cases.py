@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.errors import DatabaseError, IncompleteRow
 from perf_plugin.database.kernel_types import validate_kernel_type
 from perf_plugin.database.paths import list_kernel_csvs
 from perf_plugin.database.schema import (
@@ -122,6 +122,8 @@ def _row_case(
 
     try:
         row = kernel_row_from_cells(kernel_type, cells)
+    except IncompleteRow as exc:
+        return case(STATUS_UNSUPPORTED, exc.located(path=table.path, row=line).describe()), base_id
     except DatabaseError as exc:
         located = exc.located(path=table.path, row=line)
         return case(STATUS_QUARANTINED, located.describe()), base_id

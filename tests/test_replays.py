@@ -608,6 +608,15 @@ def test_nan_never_passes() -> None:
         verify_outputs(replay, row, out, torch.ones(4, 6))
 
 
+def test_an_infinity_passes_only_where_the_reference_has_the_same_one() -> None:
+    ref = torch.tensor([1.0, -math.inf, 2.0, math.inf])
+    assert relative_error(torch.tensor([1.0, -math.inf, 2.0, math.inf]), ref) == 0.0
+    assert relative_error(torch.tensor([1.1, -math.inf, 2.0, math.inf]), ref) == pytest.approx(0.1 / math.sqrt(5))
+    assert relative_error(torch.tensor([1.0, math.inf, 2.0, math.inf]), ref) == math.inf  # the sign differs
+    assert relative_error(torch.tensor([1.0, -1e30, 2.0, math.inf]), ref) == math.inf  # finite where ref is not
+    assert relative_error(torch.tensor([1.0, -math.inf, math.nan, math.inf]), ref) == math.inf
+
+
 def test_relative_error_values() -> None:
     ref = torch.tensor([3.0, 4.0])
     assert relative_error(torch.tensor([3.0, 4.5]), ref) == pytest.approx(0.1)

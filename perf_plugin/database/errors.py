@@ -41,9 +41,14 @@ class DatabaseError(Exception):
         self, *, path: str | Path | None = None, row: int | None = None, column: str | None = None
     ) -> "DatabaseError":
         """The same error with missing location fields filled in."""
-        return DatabaseError(
+        return type(self)(
             self.reason,
             path=self.path if self.path is not None else path,
             row=self.row if self.row is not None else row,
             column=self.column if self.column is not None else column,
         )
+
+
+class IncompleteRow(DatabaseError):
+    """A row whose cells parse but leave out what a replay needs (a shape without its dtype:
+    profilers record no dtypes for tensors passed in a list).  Not malformed: it stays in its CSV."""

@@ -34,6 +34,14 @@ SIGNATURE_COLUMNS: tuple[str, ...] = (
     "Output Shapes",
     "Output Data Types",
 )
+# What a PyTorch trace records about a call beyond shapes and dtypes, kept where it changes what
+# the kernel does: the strides of inputs that are not contiguous (a view read in place), and
+# for operators replayed through ``torch.ops.aten`` the call's arguments (scalars, lists, which
+# argument is which tensor slot).  Written at the end of the row, empty when there is nothing to
+# say; a non-empty cell is part of the row's signature.
+INPUT_STRIDES = "Input Strides"
+OP_ARGUMENTS = "Op Arguments"
+DETAIL_COLUMNS: tuple[str, ...] = (INPUT_STRIDES, OP_ARGUMENTS)
 
 PROFILING_AVERAGE = "Profiling Average Duration(us)"
 PROFILING_MEDIAN = "Profiling Median Duration(us)"

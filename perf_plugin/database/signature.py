@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from perf_plugin.database.schema import DETAIL_COLUMNS
 from perf_plugin.database.shapes import parse_shape_cell, split_slots
 
 _EMPTY_TOKENS = frozenset({"", "DT_UNDEFINED", "UNDEFINED", "NULL", "N/A"})
@@ -66,6 +67,7 @@ class Signature:
     output_shapes: tuple[str, ...]
     output_dtypes: tuple[str, ...]
     extra: tuple[str, ...] = ()
+    details: tuple[str, ...] = ()  # non-empty detail cells (``DETAIL_COLUMNS``): strides, arguments
 
 
 def _align(shapes: list[str], *others: list[str]) -> list[list[str]]:
@@ -128,8 +130,9 @@ def row_signature(row: Mapping[str, str], rule: SignatureRule = PLAIN) -> Signat
         in_shapes, in_dtypes, in_formats = in_shapes[:count], in_dtypes[:count], in_formats[:count]
 
     extra = tuple(row.get(name, "").strip() for name in rule.extra_columns)
+    details = tuple(f"{name}={value}" for name in DETAIL_COLUMNS if (value := row.get(name, "").strip()))
     return Signature(
-        tuple(in_shapes), tuple(in_dtypes), tuple(in_formats), tuple(out_shapes), tuple(out_dtypes), extra
+        tuple(in_shapes), tuple(in_dtypes), tuple(in_formats), tuple(out_shapes), tuple(out_dtypes), extra, details
     )
 
 
@@ -143,4 +146,6 @@ def signature_text(signature: Signature) -> str:
         ";".join(signature.output_dtypes),
     ]
     text = " | ".join(parts)
-    return f"{text} | {';'.join(signature.extra)}" if signature.extra else text
+    if signature.extra:
+        text = f"{text} | {';'.join(signature.extra)}"
+    return f"{text} | {' | '.join(signature.details)}" if signature.details else text

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from perf_plugin.database.schema import (
+    DETAIL_COLUMNS,
     IDENTITY_COLUMNS,
     PROFILING_AVERAGE,
     PROFILING_MEDIAN,
@@ -93,11 +94,16 @@ def format_value(value: float | None) -> str:
 
 
 def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
-    """Aggregate samples; rows come out grouped by kernel type, in order of first appearance."""
+    """Aggregate samples; rows come out grouped by kernel type, in order of first appearance.
+
+    A trace's detail columns (strides, aten arguments) tell calls apart too, where the frame has them.
+    """
     if frame.empty:
         return []
+    details = [name for name in DETAIL_COLUMNS if name in frame.columns]
+    group_key = (*GROUP_KEY, *details)
     frame = frame.assign(_order=np.arange(len(frame)))
-    groups = frame.groupby(list(GROUP_KEY), observed=True, sort=False, dropna=False)
+    groups = frame.groupby(list(group_key), observed=True, sort=False, dropna=False)
     duration = groups[col.DURATION]
     stats = pd.DataFrame(
         {
@@ -118,15 +124,17 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     first_cells = first.to_numpy(dtype=object)
     means_table = counter_means.to_numpy(dtype=float) if counters else None
     for i, (key, stat) in enumerate(zip(stats.index, stats.itertuples(index=False))):
-        cells = dict(zip(GROUP_KEY, (_text(v) for v in key)))
+        cells = dict(zip(group_key, (_text(v) for v in key)))
         kernel_type = cells.pop(col.TYPE)
         for j, name in enumerate(_FROM_FIRST_SAMPLE):
             cells[name] = _text(first_cells[i, j])
+        identity = {name: cells[name] for name in IDENTITY_COLUMNS}
+        identity.update({name: cells[name] for name in details if cells[name]})
         means = means_table[i] if means_table is not None else ()
         rows.append(
             AggregatedRow(
                 kernel_type=kernel_type,
-                cells={name: cells[name] for name in IDENTITY_COLUMNS},
+                cells=identity,
                 count=int(stat.count),
                 average=float(stat.average),
                 median=float(stat.median),

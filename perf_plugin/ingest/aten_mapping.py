@@ -32,9 +32,13 @@ list (``cat``'s inputs); those dtype slots are left empty rather than guessed.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import re
 from collections.abc import Sequence
+from typing import Any
 
+from perf_plugin.replay.aten_call import AtenCallError, RecordedCall, record_call, resolve_on_meta
 from perf_plugin.replay.registry import KernelCatalog
 from perf_plugin.replay.registry import catalog as current_catalog
 from perf_plugin.trace.args import (
@@ -43,9 +47,12 @@ from perf_plugin.trace.args import (
     broadcast,
     category,
     concrete_arg,
+    TORCH_DTYPE_NAMES,
+    Shape,
     is_int_list,
     tensor_arg,
     tensor_list_arg,
+    tensor_args,
 )
 from perf_plugin.trace.events import TraceOp
 from perf_plugin.trace.mapped import MappedOp, Slot
@@ -117,31 +124,60 @@ def _mapped(op: TraceOp, descendants: list[TraceOp], catalog: KernelCatalog) -> 
 
 
 def _fallback(op: TraceOp) -> MappedOp:
+    """A row named after the operator itself; an ``aten`` call also records its arguments and,
+    from a call on ``meta`` tensors, its outputs, so that ``torch.ops.aten`` can replay it."""
     inputs: list[Slot] = []
+    strides: list[Shape | None] = []
     for i in range(len(op.types)):
         tensor = tensor_arg(op, i)
         if tensor is not None:
             inputs.append(Slot(tensor.shape, tensor.dtype))
+            strides.append(tensor.strides)
             continue
         for item in tensor_list_arg(op, i) or []:
             inputs.append(Slot(item.shape, item.dtype))
-    outputs: tuple[Slot, ...] = ()
+            strides.append(item.strides)
+    kernel_type = sanitise_operator_name(op.name)
+    recorded = _recorded_aten_call(op)
+    if recorded is not None:
+        call, outputs = recorded
+        produced = tuple(Slot(tuple(t.shape), _dtype_name(t.dtype)) for t in outputs)
+        return MappedOp(kernel_type, tuple(inputs), produced, tuple(strides), call.arguments_cell())
+    return MappedOp(kernel_type, tuple(inputs), _rule_outputs(op), tuple(strides))
+
+
+def _recorded_aten_call(op: TraceOp) -> tuple[RecordedCall, list[Any]] | None:
+    """The call's arguments and meta outputs, where torch is installed and an overload takes them."""
+    if not op.name.startswith("aten::") or importlib.util.find_spec("torch") is None:
+        return None
+    try:
+        return resolve_on_meta(record_call(op))
+    except AtenCallError:
+        return None
+
+
+def _dtype_name(dtype: Any) -> str:
+    return TORCH_DTYPE_NAMES.get(str(dtype).replace("torch.", ""), "")
+
+
+def _rule_outputs(op: TraceOp) -> tuple[Slot, ...]:
+    """Outputs of operators the rules of this module derive (see the module docstring)."""
     first = tensor_arg(op, 0)
     name = short_name(op.name)
     if first is not None and name in SAME_AS_FIRST_INPUT:
         dtype = first.dtype
         if name in _FLOAT_RESULT and category(dtype) in (0, 1):
             dtype = DEFAULT_FLOAT
-        outputs = (Slot(first.shape, dtype),)
-    elif first is not None and name in COMPARISONS:
+        return (Slot(first.shape, dtype),)
+    if first is not None and name in COMPARISONS:
         other = tensor_arg(op, 1)
         shape = broadcast(first.shape, other.shape) if other is not None else first.shape
-        outputs = (Slot(shape, "BOOL"),) if shape is not None else ()
-    elif name in FACTORY_DTYPE_ARGUMENT and is_int_list(size := concrete_arg(op, 0)):
+        return (Slot(shape, "BOOL"),) if shape is not None else ()
+    if name in FACTORY_DTYPE_ARGUMENT and is_int_list(size := concrete_arg(op, 0)):
         code = concrete_arg(op, FACTORY_DTYPE_ARGUMENT[name])
         dtype = SCALAR_TYPE_CODES.get(code, DEFAULT_FLOAT) if isinstance(code, int) else DEFAULT_FLOAT
-        outputs = (Slot(tuple(size), dtype),)
-    return MappedOp(sanitise_operator_name(op.name), tuple(inputs), outputs)
+        return (Slot(tuple(size), dtype),)
+    return ()
 
 
 def map_operator(
@@ -154,11 +190,30 @@ def map_operator(
         catalog = current_catalog()
     mapped = _mapped(op, descendants, catalog)
     if mapped is not None:
-        return mapped
+        return _with_strides(mapped, op)
     if short_name(op.name) in COMPOSITES:
-        candidates = [m for d in descendants if (m := _mapped(d, d.descendants(), catalog)) is not None]
+        candidates = [(m, d) for d in descendants if (m := _mapped(d, d.descendants(), catalog)) is not None]
         primary = catalog.trace_primary
-        preferred = [m for m in candidates if m.kernel_type in primary]
+        preferred = [(m, d) for m, d in candidates if m.kernel_type in primary]
         if preferred or candidates:
-            return (preferred or candidates)[0]
+            chosen, callee = (preferred or candidates)[0]
+            return _with_strides(chosen, callee)
     return _fallback(op)
+
+
+def _with_strides(mapped: MappedOp, op: TraceOp) -> MappedOp:
+    """The recorded strides of the operator's tensors, where the row's input slots are those
+    tensors in order (a mapping that reshapes or adds slots keeps none: its rows are contiguous)."""
+    if mapped.strides:
+        return mapped
+    tensors = iter(tensor_args(op))
+    strides: list[Shape | None] = []
+    for slot in mapped.inputs:
+        if slot.shape is None:
+            strides.append(None)
+            continue
+        tensor = next(tensors, None)
+        if tensor is None or tensor.shape != slot.shape:
+            return mapped
+        strides.append(tensor.strides)
+    return dataclasses.replace(mapped, strides=tuple(strides))

@@ -35,7 +35,9 @@ from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.kernel_types import validate_kernel_type
 from perf_plugin.database.lock import database_lock
 from perf_plugin.database.schema import (
+    DETAIL_COLUMNS,
     IDENTITY_COLUMNS,
+    INPUT_STRIDES,
     MICROBENCH_AVERAGE,
     PROFILING_COUNTER_PREFIX,
     PROFILING_DURATION_COLUMNS,
@@ -83,7 +85,13 @@ def new_table_header(rows: Sequence[AggregatedRow]) -> list[str]:
         *PROFILING_DURATION_COLUMNS,
         *(PROFILING_COUNTER_PREFIX + c for c in counters),
         PROFILING_COUNT,
+        *_details_of(rows),
     ]
+
+
+def _details_of(rows: Sequence[AggregatedRow]) -> list[str]:
+    """The detail columns (strides, aten arguments) some row has a value for, in schema order."""
+    return [name for name in DETAIL_COLUMNS if any(row.cells.get(name) for row in rows)]
 
 
 def _ensure_profiling_columns(table: CsvTable, rows: Sequence[AggregatedRow]) -> None:
@@ -126,7 +134,7 @@ def _after_last_profiling(table: CsvTable) -> int:
 
 def _styled(cells: dict[str, str], style: QuoteStyle) -> dict[str, str]:
     styled = dict(cells)
-    for name in SHAPE_COLUMNS:
+    for name in (*SHAPE_COLUMNS, INPUT_STRIDES):
         value = styled.get(name, "")
         inner = strip_embedded_quotes(value)
         if value.strip() == "N/A" or inner == "":
@@ -136,7 +144,8 @@ def _styled(cells: dict[str, str], style: QuoteStyle) -> dict[str, str]:
 
 
 def _cells_key(cells: dict[str, str]) -> tuple[str, ...]:
-    return tuple(strip_embedded_quotes(cells.get(c, "")).replace(" ", "") for c in SIGNATURE_COLUMNS)
+    columns = (*SIGNATURE_COLUMNS, *DETAIL_COLUMNS)
+    return tuple(strip_embedded_quotes(cells.get(c, "")).replace(" ", "") for c in columns)
 
 
 class _RowIndex:
@@ -187,6 +196,9 @@ def merge_kernel_type(table: CsvTable, kernel_type: str, rows: Sequence[Aggregat
     existing_shapes = [table.get(i, c) for i in range(len(table)) for c in SHAPE_COLUMNS]
     style = detect_quote_style(existing_shapes) if len(table) else None
     _ensure_profiling_columns(table, rows)
+    for name in _details_of(rows):
+        if not table.has_column(name):
+            table.insert_column(name)  # at the end: a column this project adds
     index = _RowIndex(table, kernel_type)
     for row in rows:
         cells = dict(row.cells)

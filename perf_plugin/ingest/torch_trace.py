@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.schema import IDENTITY_COLUMNS
+from perf_plugin.database.schema import DETAIL_COLUMNS, IDENTITY_COLUMNS
 from perf_plugin.ingest import columns as col
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
 from perf_plugin.ingest.profile_table import ProfileTable
@@ -96,8 +96,8 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
             summary.no_output_rows += 1
         records.append({col.TYPE: mapped.kernel_type, **cells, col.DURATION: duration_us})
     summary.samples = len(records)
-    frame = pd.DataFrame.from_records(records, columns=[col.TYPE, *IDENTITY_COLUMNS, col.DURATION])
-    for name in (col.TYPE, *IDENTITY_COLUMNS):
+    frame = pd.DataFrame.from_records(records, columns=[col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS, col.DURATION])
+    for name in (col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS):
         frame[name] = frame[name].astype("category")
     frame[col.DURATION] = frame[col.DURATION].astype("float64")
     table = ProfileTable(

@@ -99,6 +99,7 @@ def read_chrome_trace(path: str | Path) -> TraceData:
                     dims=list(args.get("Input Dims") or []),
                     types=[str(t) for t in (args.get("Input type") or [])],
                     concrete=list(args.get("Concrete Inputs") or []),
+                    strides=list(args.get("Input Strides") or []),
                 )
             )
         elif category in LAUNCH_CATEGORIES:
@@ -168,6 +169,11 @@ def _live_dims(event: Any) -> list[Any]:
     return list((structured() if structured is not None else event.shapes()) or [])
 
 
+def _live_strides(event: Any) -> list[Any]:
+    structured = getattr(event, "structured_input_strides", None)  # torch releases that record them
+    return list((structured() if structured is not None else []) or [])
+
+
 def read_profiler(profiler: Any) -> TraceData:
     """Events of a finished ``torch.profiler.profile`` (or ``torch.autograd.profiler.profile``)."""
     ops: list[TraceOp] = []
@@ -193,6 +199,7 @@ def read_profiler(profiler: Any) -> TraceData:
                     dims=dims,
                     types=[str(t) for t in (event.dtypes() or [])],
                     concrete=list(event.concrete_inputs() or []),
+                    strides=_live_strides(event),
                 )
             )
         elif category in LAUNCH_CATEGORIES:

@@ -54,6 +54,9 @@ class OpReplay(ABC):
 
     # The database kernel types (CSV names) this class replays.
     kernel_types: ClassVar[tuple[str, ...]] = ()
+    # Kernel-type name prefixes it replays when no class claims the exact name (``aten.``: rows
+    # named after the traced operator itself, replayed through torch.ops.aten).
+    kernel_type_prefixes: ClassVar[tuple[str, ...]] = ()
     # Kernel types one call launches interchangeably, the library choosing (MatMulV2 / V3 /
     # Common for ``torch.mm``), share a family name: a profiler's record of any of them is a
     # measurement of the row, written to the CSV of the type it reports.  None: each kernel
@@ -113,6 +116,11 @@ class OpReplay(ABC):
             if DTYPES.get(name, ("", 0))[0] == torch_name:
                 return value
         return 0.0
+
+    def values_verifiable(self, row: KernelRow) -> bool:
+        """False where the outputs are random draws that no reference reproduces (verified for
+        shapes, dtypes and finite values only)."""
+        return True
 
     def expected_outputs(self, row: KernelRow) -> Sequence[TensorSpec]:
         """The row's output slots this replay produces (all present outputs by default)."""

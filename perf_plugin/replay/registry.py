@@ -46,9 +46,16 @@ class KernelCatalog:
 
     replays: Mapping[str, OpReplay] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)  # kernel type -> "module:Class"
+    prefixed: Mapping[str, OpReplay] = field(default_factory=dict)  # name prefix -> replay
 
     def replay(self, kernel_type: str) -> OpReplay | None:
-        return self.replays.get(kernel_type)
+        replay = self.replays.get(kernel_type)
+        if replay is not None:
+            return replay
+        for prefix, candidate in self.prefixed.items():
+            if kernel_type.startswith(prefix) and len(kernel_type) > len(prefix):
+                return candidate
+        return None
 
     def kernel_types(self) -> list[str]:
         return sorted(self.replays)
@@ -56,21 +63,21 @@ class KernelCatalog:
     def family(self, kernel_type: str) -> str:
         """The kernel types one call may launch (the library's choice) share a family name;
         every other kernel type is a family of its own."""
-        replay = self.replays.get(kernel_type)
+        replay = self.replay(kernel_type)
         return (replay.family if replay is not None else None) or kernel_type
 
     def family_members(self, family: str) -> list[str]:
         return sorted(k for k in self.replays if self.family(k) == family) or [family]
 
     def signature_rule(self, kernel_type: str) -> SignatureRule:
-        replay = self.replays.get(kernel_type)
+        replay = self.replay(kernel_type)
         return replay.signature_rule if replay is not None else PLAIN
 
     def signature(self, kernel_type: str, cells: Mapping[str, str]) -> Signature:
         return row_signature(cells, self.signature_rule(kernel_type))
 
     def npu_api(self, kernel_type: str) -> str | None:
-        replay = self.replays.get(kernel_type)
+        replay = self.replay(kernel_type)
         return replay.npu_api if replay is not None else None
 
     @cached_property
@@ -100,7 +107,7 @@ def replay_classes_in(module: ModuleType) -> list[type[OpReplay]]:
         if (
             issubclass(value, OpReplay)
             and value.__module__ == module.__name__
-            and value.kernel_types
+            and (value.kernel_types or value.kernel_type_prefixes)
             and not inspect.isabstract(value)
         ):
             found.append(value)
@@ -126,7 +133,7 @@ def _entry_point_classes(points: Iterable[EntryPoint]) -> list[tuple[type[OpRepl
             if not found:
                 raise CatalogError(f"{where} names a module with no replay class (an OpReplay with kernel_types)")
             classes.extend((cls, where) for cls in found)
-        elif inspect.isclass(loaded) and issubclass(loaded, OpReplay) and loaded.kernel_types:
+        elif inspect.isclass(loaded) and issubclass(loaded, OpReplay) and (loaded.kernel_types or loaded.kernel_type_prefixes):
             classes.append((loaded, where))
         else:
             raise CatalogError(f"{where} names neither a module nor an OpReplay class with kernel_types")
@@ -140,16 +147,17 @@ def build_catalog(extra: Iterable[tuple[type[OpReplay], str]] = ()) -> KernelCat
     classes += list(extra)
     replays: dict[str, OpReplay] = {}
     sources: dict[str, str] = {}
+    prefixed: dict[str, OpReplay] = {}
     for cls, source in classes:
         instance = cls()
-        for kernel_type in cls.kernel_types:
-            if kernel_type in replays and sources[kernel_type] != source:
-                raise CatalogError(
-                    f"kernel type {kernel_type!r} has two replays: {sources[kernel_type]} and {source}"
-                )
-            replays[kernel_type] = instance
-            sources[kernel_type] = source
-    return KernelCatalog(MappingProxyType(replays), MappingProxyType(sources))
+        claims = [(name, replays) for name in cls.kernel_types] + [(prefix, prefixed) for prefix in cls.kernel_type_prefixes]
+        for name, table in claims:
+            key = name if table is replays else f"{name}*"
+            if key in sources and sources[key] != source:
+                raise CatalogError(f"kernel type {key!r} has two replays: {sources[key]} and {source}")
+            table[name] = instance
+            sources[key] = source
+    return KernelCatalog(MappingProxyType(replays), MappingProxyType(sources), MappingProxyType(prefixed))
 
 
 _current: KernelCatalog | None = None

@@ -3,7 +3,11 @@
 An output passes when its shape and dtype are the row's, and its relative error
 ``||out - ref|| / ||ref||`` (computed in float64) is within the replay's tolerance for the
 output dtype.  A tolerance of 0 (integer and boolean outputs, data movement) means bit-exact
-equality.  NaN or infinity anywhere makes the error infinite, so it never passes.
+equality.  A replay whose outputs are random draws (``values_verifiable`` False: ``randn``,
+``dropout``) is checked for shapes, dtypes and finite values only.  NaN anywhere makes the error
+infinite, so it never passes; an infinity passes only
+where the reference has the same infinity (a ``masked_fill`` with ``-inf``, an attention mask),
+and the finite elements are compared as usual.
 """
 
 from __future__ import annotations
@@ -48,15 +52,23 @@ def _chunks(out: "torch.Tensor", ref: "torch.Tensor") -> Any:
 
 
 def relative_error(out: "torch.Tensor", ref: "torch.Tensor") -> float:
-    """``||out - ref|| / ||ref||`` in float64; inf on NaN/inf or a size mismatch.
+    """``||out - ref|| / ||ref||`` in float64 over the finite elements; inf on a NaN, an infinity
+    the other side does not have at the same place, or a size mismatch.
 
     A zero reference gives 0.0 when ``out`` is zero too, else inf.
     """
+    import torch
+
     if out.numel() != ref.numel():
         return math.inf
     diff_sq = 0.0
     ref_sq = 0.0
     for a, b in _chunks(out, ref):
+        finite = torch.isfinite(a) & torch.isfinite(b)
+        if not bool(finite.all()):
+            if bool(torch.isnan(a).any() or torch.isnan(b).any()) or not torch.equal(a[~finite], b[~finite]):
+                return math.inf
+            a, b = a[finite], b[finite]
         diff_sq += float(a.sub(b).square_().sum())
         ref_sq += float(b.square().sum())
     if not (math.isfinite(diff_sq) and math.isfinite(ref_sq)):
@@ -111,7 +123,11 @@ def verify_outputs(replay: "OpReplay", row: KernelRow, outputs: Any, reference_o
             f"{row.kernel_type}: the reference produced {len(references)} output(s), "
             f"the replay {len(produced)}"
         )
+    values = replay.values_verifiable(row)
     for slot, (out, ref, spec) in enumerate(zip(produced, references, expected)):
+        if not values:
+            _require_finite(row, slot, spec, out)
+            continue
         if tuple(ref.shape) != tuple(out.shape):
             raise VerificationError(
                 f"{row.kernel_type} output {slot} ({spec.dtype}): reference shape {list(ref.shape)} differs "
@@ -132,6 +148,14 @@ def verify_outputs(replay: "OpReplay", row: KernelRow, outputs: Any, reference_o
                 f"{row.kernel_type} output {slot} ({spec.dtype}): relative error {error:.3e} exceeds "
                 f"the threshold {threshold:.1e}"
             )
+
+
+def _require_finite(row: KernelRow, slot: int, spec: TensorSpec, out: "torch.Tensor") -> None:
+    """What is left to check of a random output: shape and dtype (checked before) and no NaN or infinity."""
+    import torch
+
+    if (out.is_floating_point() or out.is_complex()) and not bool(torch.isfinite(out).all()):
+        raise VerificationError(f"{row.kernel_type} output {slot} ({spec.dtype}): not finite everywhere")
 
 
 __all__ = (

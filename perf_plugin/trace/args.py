@@ -56,6 +56,13 @@ SCALAR_TYPE_CODES: dict[int, str] = {
     23: "FLOAT8_E5M2",
     24: "FLOAT8_E4M3FN",
 }
+# torch dtype names (``str(torch.bfloat16)`` without ``torch.``) -> Ascend spelling.
+TORCH_DTYPE_NAMES: dict[str, str] = {
+    "float32": "FLOAT", "float64": "DOUBLE", "float16": "FLOAT16", "bfloat16": "DT_BF16",
+    "int64": "INT64", "int32": "INT32", "int16": "INT16", "int8": "INT8", "uint8": "UINT8",
+    "bool": "BOOL", "complex64": "COMPLEX64", "complex128": "COMPLEX128",
+    "float8_e4m3fn": "FLOAT8_E4M3FN", "float8_e5m2": "FLOAT8_E5M2",
+}  # fmt: skip
 NON_TENSOR_TYPES = frozenset({"", "Scalar", "ScalarList", "TensorList", "GenericList", "None", "Device", "Layout"})
 
 _FLOATING_RANK = {"FLOAT16": 1, "DT_BF16": 1, "FLOAT": 2, "DOUBLE": 3}
@@ -100,6 +107,11 @@ def concrete_value(value: Any) -> Any:
 class Tensor:
     shape: Shape
     dtype: str
+    strides: Shape | None = None  # as recorded (``Input Strides``); None when the trace has none
+
+    @property
+    def contiguous(self) -> bool:
+        return self.strides is None or is_contiguous(self.shape, self.strides)
 
     @property
     def rank(self) -> int:
@@ -118,7 +130,29 @@ def tensor_arg(op: TraceOp, index: int) -> Tensor | None:
     dims = op.dims[index]
     if kind in NON_TENSOR_TYPES or not is_int_list(dims):
         return None
-    return Tensor(tuple(dims), trace_dtype(kind))
+    strides = op.strides[index] if index < len(op.strides) else None
+    recorded = tuple(strides) if is_int_list(strides) and len(strides) == len(dims) else None
+    return Tensor(tuple(dims), trace_dtype(kind), recorded)
+
+
+def contiguous_strides(shape: Shape) -> Shape:
+    strides: list[int] = []
+    step = 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def is_contiguous(shape: Shape, strides: Shape) -> bool:
+    """Row-major without gaps; the stride of a dimension of size 1 does not matter."""
+    expected = contiguous_strides(shape)
+    return all(size == 1 or stride == want for size, stride, want in zip(shape, strides, expected))
+
+
+def tensor_args(op: TraceOp) -> list[Tensor]:
+    """The operator's tensor arguments, in argument order."""
+    return [tensor for index in range(len(op.types)) if (tensor := tensor_arg(op, index)) is not None]
 
 
 def tensor_list_arg(op: TraceOp, index: int) -> list[Tensor] | None:

@@ -25,6 +25,7 @@ class TraceOp:
     dims: list[Any] = field(default_factory=list)
     types: list[str] = field(default_factory=list)
     concrete: list[Any] = field(default_factory=list)
+    strides: list[Any] = field(default_factory=list)  # per argument, as ``dims`` (empty when not recorded)
     children: list["TraceOp"] = field(default_factory=list)
     parent: "TraceOp | None" = None
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from perf_plugin.database.schema import INPUT_STRIDES, OP_ARGUMENTS
 from perf_plugin.database.shapes import QuoteStyle, format_shape_cell
-from perf_plugin.trace.args import Shape
+from perf_plugin.trace.args import Shape, is_contiguous
 from perf_plugin.trace.events import TraceOp
 
 
@@ -27,9 +28,13 @@ class MappedOp:
     kernel_type: str
     inputs: tuple[Slot, ...]
     outputs: tuple[Slot, ...]
+    # Per input slot, the strides the trace recorded (None where unknown); written only when an
+    # input is not contiguous, since a contiguous row needs no more than its shapes.
+    strides: tuple[Shape | None, ...] = ()
+    arguments: str = ""  # the call's arguments, for rows replayed through torch.ops.aten
 
     def cells(self, accelerator_core: str) -> dict[str, str]:
-        return {
+        cells = {
             "OP State": "dynamic",
             "Accelerator Core": accelerator_core,
             "Input Shapes": _shapes(self.inputs),
@@ -38,7 +43,20 @@ class MappedOp:
             "Output Shapes": _shapes(self.outputs),
             "Output Data Types": ";".join(s.dtype for s in self.outputs),
             "Output Formats": ";".join("ND" for _ in self.outputs),
+            INPUT_STRIDES: self.strides_cell(),
+            OP_ARGUMENTS: self.arguments,
         }
+        return cells
+
+    def strides_cell(self) -> str:
+        pairs = list(zip(self.inputs, self.strides))
+        strided = any(
+            slot.shape is not None and strides is not None and not is_contiguous(slot.shape, strides)
+            for slot, strides in pairs
+        )
+        if not strided:
+            return ""
+        return format_shape_cell([strides for _, strides in pairs], QuoteStyle.EMBEDDED)
 
 
 def _shapes(slots: Sequence[Slot]) -> str:

@@ -41,6 +41,11 @@ def test_a_replay_whose_run_is_the_npu_call_names_a_plain_torch_api(kernel_type:
     )
 
 
+def test_rows_named_after_an_aten_operator_run_that_operator_everywhere() -> None:
+    replay = CATALOG.replay("aten.rms_norm")
+    assert replay is not None and replay.npu_api == "torch.ops.aten" and not _names_its_own_call(replay)
+
+
 def test_torch_npu_is_not_needed_to_load_the_catalog() -> None:
     import sys
 

@@ -1,0 +1,216 @@
+"""A traced ``aten`` call as data: which argument is which tensor slot, and the others' values.
+
+A PyTorch trace recorded with ``record_shapes=True`` gives, per argument of an operator, its
+dims and element type (tensors), its value (``Concrete Inputs``: scalars, int lists, dtype codes)
+or nothing (``None``).  That is enough to call the operator again: the row's tensor slots hold
+the tensors, and the ``Op Arguments`` cell holds the rest as compact JSON::
+
+    {"overload": "dim", "args": [{"tensor": 0}, [-1], true, null]}
+
+``{"tensor": k}`` is input slot ``k``, ``{"tensors": [k, ...]}`` a tensor list, anything else the
+argument's value.  ``overload`` names the ``torch.ops.aten`` overload the arguments select; it is
+found at ingest by calling the candidates on ``meta`` tensors (no memory, no arithmetic), which
+also gives the output shapes and dtypes the trace does not record.  Integer values of ``dtype``
+arguments are ``at::ScalarType`` codes; they become ``torch.dtype`` objects where the overload's
+schema takes a ScalarType.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from perf_plugin.trace.args import (
+    NON_TENSOR_TYPES,
+    SCALAR_TYPE_CODES,
+    TORCH_DTYPE_NAMES,
+    Shape,
+    concrete_value,
+    tensor_arg,
+    tensor_list_arg,
+)
+from perf_plugin.trace.events import TraceOp
+
+if TYPE_CHECKING:
+    import torch
+
+TENSOR = "tensor"
+TENSORS = "tensors"
+
+
+class AtenCallError(Exception):
+    """The recorded arguments cannot be turned into a call (the message says why)."""
+
+
+@dataclass(frozen=True)
+class TensorSlot:
+    shape: Shape
+    dtype: str
+    strides: Shape | None
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """An aten operator's arguments: the tensor slots and the template that places them."""
+
+    name: str  # "mean" for aten::mean
+    slots: tuple[TensorSlot, ...]
+    template: tuple[Any, ...]
+    overload: str = ""
+
+    def arguments_cell(self) -> str:
+        return json.dumps({"overload": self.overload, "args": list(self.template)}, separators=(",", ":"))
+
+
+def record_call(op: TraceOp) -> RecordedCall:
+    """The arguments of a traced ``aten::`` operator (tensor slots in argument order)."""
+    slots: list[TensorSlot] = []
+    template: list[Any] = []
+    for index, kind in enumerate(op.types):
+        tensor = tensor_arg(op, index)
+        if tensor is not None:
+            template.append({TENSOR: len(slots)})
+            slots.append(TensorSlot(tensor.shape, tensor.dtype, tensor.strides))
+            continue
+        items = tensor_list_arg(op, index)
+        if items is not None:
+            template.append({TENSORS: list(range(len(slots), len(slots) + len(items)))})
+            slots.extend(TensorSlot(t.shape, t.dtype, t.strides) for t in items)
+            continue
+        if kind not in NON_TENSOR_TYPES:
+            raise AtenCallError(f"argument {index} of type {kind!r} is neither a tensor nor a value")
+        raw = op.concrete[index] if index < len(op.concrete) else ""
+        template.append(concrete_value(raw) if raw != "" else None)
+    return RecordedCall(op.name.split("::", 1)[1], tuple(slots), tuple(template))
+
+
+def parse_arguments(cell: str) -> tuple[str, tuple[Any, ...]]:
+    """(overload, template) of an ``Op Arguments`` cell."""
+    try:
+        document = json.loads(cell)
+        overload = str(document.get("overload", ""))
+        template = tuple(document["args"])
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise AtenCallError(f"not an argument record ({exc})") from None
+    return overload, template
+
+
+def slots_used(template: Sequence[Any]) -> list[int]:
+    used: list[int] = []
+    for value in template:
+        if isinstance(value, dict) and TENSOR in value:
+            used.append(int(value[TENSOR]))
+        elif isinstance(value, dict) and TENSORS in value:
+            used.extend(int(k) for k in value[TENSORS])
+    return used
+
+
+def packet(name: str) -> Any:
+    import torch
+
+    try:
+        return getattr(torch.ops.aten, name)
+    except (AttributeError, RuntimeError):
+        raise AtenCallError(f"torch has no operator aten::{name}") from None
+
+
+def _is_scalar_type(argument: Any) -> bool:
+    return "ScalarType" in str(argument.type)
+
+
+def build_arguments(
+    template: Sequence[Any], tensors: Sequence[Any], schema: Any = None
+) -> tuple[list[Any], dict[str, Any]]:
+    """The call's arguments: slots replaced by tensors, dtype codes by dtypes.
+
+    The profiler records keyword-only arguments among the positional ones, in schema order
+    (``mean.dim(self, dim, keepdim, *, dtype)``); with a schema they are passed by name.
+    """
+    import torch
+
+    positional: list[Any] = []
+    keywords: dict[str, Any] = {}
+    for position, value in enumerate(template):
+        argument = schema.arguments[position] if schema is not None and position < len(schema.arguments) else None
+        if isinstance(value, dict) and TENSOR in value:
+            value = tensors[int(value[TENSOR])]
+        elif isinstance(value, dict) and TENSORS in value:
+            value = [tensors[int(k)] for k in value[TENSORS]]
+        elif isinstance(value, int) and not isinstance(value, bool) and argument is not None and _is_scalar_type(argument):
+            value = getattr(torch, _TORCH_DTYPES[SCALAR_TYPE_CODES[value]])
+        if argument is not None and argument.kwarg_only:
+            if value is not None:
+                keywords[argument.name] = value
+        else:
+            positional.append(value)
+    return positional, keywords
+
+
+_TORCH_DTYPES = {ascend: name for name, ascend in TORCH_DTYPE_NAMES.items()}
+
+
+def torch_dtype(name: str) -> "torch.dtype":
+    import torch
+
+    try:
+        return getattr(torch, _TORCH_DTYPES[name])  # type: ignore[no-any-return]
+    except KeyError:
+        raise AtenCallError(f"no torch dtype for {name!r}") from None
+
+
+def overload_of(name: str, overload: str) -> Any:
+    target = packet(name)
+    try:
+        return getattr(target, overload or "default")
+    except AttributeError:
+        raise AtenCallError(f"aten::{name} has no overload {overload!r}") from None
+
+
+def call(name: str, overload: str, template: Sequence[Any], tensors: Sequence[Any]) -> Any:
+    """Call the recorded overload on ``tensors``."""
+    function = overload_of(name, overload)
+    positional, keywords = build_arguments(template, tensors, function._schema)
+    return function(*positional, **keywords)
+
+
+def meta_tensors(slots: Sequence[TensorSlot]) -> list["torch.Tensor"]:
+    import torch
+
+    tensors = []
+    for slot in slots:
+        dtype = torch_dtype(slot.dtype)
+        if slot.strides is not None:
+            tensors.append(torch.empty_strided(slot.shape, slot.strides, dtype=dtype, device="meta"))
+        else:
+            tensors.append(torch.empty(slot.shape, dtype=dtype, device="meta"))
+    return tensors
+
+
+def resolve_on_meta(recorded: RecordedCall) -> tuple[RecordedCall, list["torch.Tensor"]]:
+    """The first overload the arguments call successfully on ``meta`` tensors, and its outputs."""
+    tensors = meta_tensors(recorded.slots)
+    target = packet(recorded.name)
+    errors = []
+    for overload in target.overloads():
+        function = getattr(target, overload)
+        try:
+            positional, keywords = build_arguments(recorded.template, tensors, function._schema)
+            result = function(*positional, **keywords)
+        except Exception as exc:  # noqa: BLE001 - overloads reject arguments in many ways
+            errors.append(f"{overload}: {type(exc).__name__}")
+            continue
+        return RecordedCall(recorded.name, recorded.slots, recorded.template, overload), tensor_outputs(result)
+    raise AtenCallError(f"no overload of aten::{recorded.name} takes these arguments ({'; '.join(errors[:4])})")
+
+
+def tensor_outputs(result: Any) -> list[Any]:
+    """The tensors an operator returned, in order (non-tensor results dropped)."""
+    import torch
+
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, (tuple, list)):
+        return [item for item in result if isinstance(item, torch.Tensor)]
+    return []

@@ -1,0 +1,113 @@
+"""Rows named after a traced ``aten`` operator (``aten.silu``, ``aten.mean``), replayed through ``torch.ops.aten``.
+
+Trace ingest names a row after its operator when no kernel type declares that operator
+(``perf_plugin.ingest.aten_mapping``), and for an ``aten::`` operator it records the call's
+arguments in the ``Op Arguments`` cell (``perf_plugin.replay.aten_call``): which tensor slot each
+tensor argument is, the values of the others, and the overload they select.  This replay calls
+that overload again on fresh tensors of the row's shapes, dtypes and strides, so any operator a
+model ran (``aten.rsqrt``, ``aten.argmax``, ``aten.neg`` ...) is measurable with the kernel the
+model ran, and the rows the named kernel families replay keep their dedicated replays.
+
+Inputs: floating tensors are drawn uniformly in [0.25, 0.95]: positive and below one, so that
+operators with a restricted domain (``rsqrt``, ``log``, ``acos``, ``pow`` with a fractional
+exponent) compute finite values whatever they are; integer tensors in [1, 100) unless an argument
+makes that out of range (an index into a smaller dimension), which fails the case with the
+operator's own error.  The reference is the same overload on float64 CPU copies (exact for
+integer and boolean results); operators that draw random values (tagged
+``nondeterministic_seeded``: ``randn``, ``dropout``) are checked for shapes, dtypes and finite
+values only.  On an NPU the same ``torch.ops.aten`` call runs: it reaches the
+operator's own NPU kernel, whose name msprof reports (these rows come from CUDA and CPU traces).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from perf_plugin.database.schema import OP_ARGUMENTS
+from perf_plugin.replay.aten_call import AtenCallError, call, overload_of, parse_arguments, slots_used, tensor_outputs
+from perf_plugin.replay.base import CaseBuildError, OpReplay
+from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec
+
+if TYPE_CHECKING:
+    import torch
+
+PREFIX = "aten."
+FLOAT_RANGE = (0.25, 0.95)
+
+
+def _operator_name(row: KernelRow) -> str:
+    return row.kernel_type[len(PREFIX) :]
+
+
+class AtenOpReplay(OpReplay):
+    """Any ``aten.<operator>`` row with its recorded arguments."""
+
+    kernel_type_prefixes = (PREFIX,)
+    npu_api = "torch.ops.aten"
+
+    def _call(self, row: KernelRow) -> tuple[str, tuple[Any, ...]]:
+        cell = row.attrs.get(OP_ARGUMENTS, "").strip()
+        if not cell:
+            raise CaseBuildError(
+                f"{row.kernel_type} has no '{OP_ARGUMENTS}' cell: the call's arguments were not recorded "
+                "(ingest a trace profiled with record_shapes=True to record them)"
+            )
+        try:
+            overload, template = parse_arguments(cell)
+            overload_of(_operator_name(row), overload)
+        except AtenCallError as exc:
+            raise CaseBuildError(f"{row.kernel_type}: {exc}") from None
+        missing = [k for k in slots_used(template) if k >= len(row.inputs) or not row.inputs[k].present]
+        if missing:
+            raise CaseBuildError(f"{row.kernel_type}: the arguments name input slot {missing[0]}, which the row lacks")
+        return overload, template
+
+    def check(self, row: KernelRow) -> None:
+        self._call(row)
+        if not row.present_outputs:
+            raise CaseBuildError(f"{row.kernel_type} records no output to verify")
+
+    def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
+        overload, template = self._call(row)
+        tensors = tuple(self._tensor(spec, device, generator) for spec in row.inputs)
+        return _operator_name(row), overload, template, tensors
+
+    def _tensor(self, spec: TensorSpec, device: "torch.device", generator: "torch.Generator") -> Any:
+        if spec.shape is None:
+            return None
+        if spec.dtype not in FLOATING:
+            return self.random(spec, device, generator)
+        import torch
+
+        values = torch.empty(spec.shape, dtype=spec.torch_dtype(), device=device)
+        return values.uniform_(*FLOAT_RANGE, generator=generator)
+
+    def values_verifiable(self, row: KernelRow) -> bool:
+        """Operators PyTorch tags as drawing from the generator (``randn``, ``dropout``) give values
+        no reference reproduces."""
+        import torch
+
+        try:
+            overload, _ = parse_arguments(row.attrs.get(OP_ARGUMENTS, ""))
+            tags = overload_of(_operator_name(row), overload).tags
+        except AtenCallError:
+            return True
+        return torch.Tag.nondeterministic_seeded not in tags
+
+    def run(self, name: str, overload: str, template: Sequence[Any], tensors: Sequence[Any]) -> Any:
+        outputs = tensor_outputs(call(name, overload, template, tensors))
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def reference(self, name: str, overload: str, template: Sequence[Any], tensors: Sequence[Any]) -> Any:
+        wide = [_float64_copy(t) for t in tensors]
+        outputs = tensor_outputs(call(name, overload, template, wide))
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+
+def _float64_copy(value: Any) -> Any:
+    if value is None:
+        return None
+    copy = value.detach().to("cpu")
+    return copy.double() if copy.is_floating_point() else copy.clone()
