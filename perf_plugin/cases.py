@@ -27,8 +27,11 @@ from perf_plugin.database.kernel_types import validate_kernel_type
 from perf_plugin.database.paths import list_kernel_csvs
 from perf_plugin.database.schema import (
     DURATION_PREFERENCE,
+    PROFILING_AVERAGE,
+    PROFILING_COUNT,
     REQUIRED_IDENTITY_COLUMNS,
     is_junk_duration,
+    parse_duration,
     row_has_valid_duration,
 )
 from perf_plugin.database.shapes import split_slots
@@ -38,6 +41,7 @@ from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.registry import signature_of
 from perf_plugin.replay.tensors import KernelRow, kernel_row_from_cells
 from perf_plugin.results import CaseRef
+from perf_plugin.session import CaseRecord
 
 STATUS_READY = "ready"
 STATUS_QUARANTINED = "quarantined"  # a cell cannot be parsed: set aside at write-back
@@ -56,6 +60,7 @@ class Case:
     reason: str = ""
     row: KernelRow | None = None
     replay_kernel_type: str = ""  # whose replay runs this row (differs through op_mapping.yaml aliases)
+    weight_us: float = 0.0  # the row's profiled time (coverage by time)
 
     @property
     def runnable(self) -> bool:
@@ -116,9 +121,10 @@ def _row_case(
     signature_key = signature_text(signature_of(kernel_type, cells))
 
     ref = CaseRef(base_id, kernel_type, csv_file, line, signature_key)
+    weight = profiled_time_us(cells)
 
     def case(status: str, reason: str = "", row: KernelRow | None = None) -> Case:
-        return Case(ref, status, reason, row)
+        return Case(ref, status, reason, row, weight_us=weight)
 
     try:
         row = kernel_row_from_cells(kernel_type, cells)
@@ -142,6 +148,16 @@ def _row_case(
         reason = DatabaseError(f"replay cannot be built: {exc}", path=table.path, row=line).describe()
         return case(STATUS_UNSUPPORTED, reason, row), base_id
     return case(STATUS_READY, "", row), base_id
+
+
+def profiled_time_us(cells: dict[str, str]) -> float:
+    """The row's share of its profile's kernel time: the profiled average times the launch count
+    (one launch where the count is missing); 0 for a row that was never profiled."""
+    average = parse_duration(cells.get(PROFILING_AVERAGE, ""))
+    if average is None:
+        return 0.0
+    count = parse_duration(cells.get(PROFILING_COUNT, ""))
+    return average * (count if count is not None else 1.0)
 
 
 def header_problem(table: CsvTable, path: Path) -> DatabaseError | None:
@@ -261,6 +277,11 @@ def load_case_set(
                 case = dataclasses.replace(case, replay_kernel_type=replay_type(kernel_type))
             result.cases.append(case)
     return result
+
+
+def record_of(case: Case, outcome: str = "") -> CaseRecord:
+    """What the controller keeps of a case: its reference, collection status and weight."""
+    return CaseRecord(case.ref, case.status, case.reason, outcome=outcome, weight_us=case.weight_us)
 
 
 def as_params(case_set: CaseSet) -> list["pytest.ParameterSet"]:

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from perf_plugin.cases import STATUS_NO_REPLAY, STATUS_QUARANTINED, STATUS_UNSUPPORTED
-from perf_plugin.coverage import coverage_by_kernel, format_coverage, overall_fraction
+from perf_plugin.coverage import WEIGHT_TIME, coverage_by_kernel, format_coverage, overall_fraction
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.replay.cache_modes import effective_cache_mode
 from perf_plugin.results import (
@@ -112,15 +112,19 @@ def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None
     records = list(state.records.values())
     table = coverage_by_kernel(records)
     fraction = overall_fraction(table, collect_only)
+    time_fraction = overall_fraction(table, collect_only, WEIGHT_TIME)
     minimum = state.settings.replay_coverage_min
     if minimum is not None:
+        weight = state.settings.replay_coverage_weight
+        gated = time_fraction if weight == WEIGHT_TIME else fraction
         what = "have a replay" if collect_only else "replayed and passed"
-        verdict = "below" if fraction < minimum else "meets"
+        verdict = "below" if gated < minimum else "meets"
         outcome.lines.append(
-            f"replay coverage: {100 * fraction:.1f}% of {len(records)} selected rows {what}"
-            f" ({verdict} --replay-coverage-min {minimum:g})"
+            f"replay coverage: {100 * fraction:.1f}% of {len(records)} selected rows {what}, "
+            f"{100 * time_fraction:.1f}% of their profiled time"
+            f" ({verdict} --replay-coverage-min {minimum:g} by {weight})"
         )
-        if fraction < minimum:
+        if gated < minimum:
             outcome.coverage_failed = True
             outcome.lines.extend(format_coverage(table, collect_only))
     if collect_only or not records:
@@ -128,6 +132,7 @@ def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None
 
     summary = build_summary(state, command or sys.argv)
     summary.coverage = fraction
+    summary.coverage_time = time_fraction
     timestamp = _timestamp()
     if not state.settings.no_writeback:
         request = WritebackRequest(

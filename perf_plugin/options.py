@@ -20,6 +20,7 @@ from perf_plugin.replay.cache_modes import CACHE_MODES, DEFAULT_CACHE_MODE, MAX_
 GROUP_NAME = "perf"
 GROUP_DESCRIPTION = "operator performance lab"
 UPDATE_MODES = ("all", "missing-only")
+COVERAGE_WEIGHTS = ("rows", "time")
 LOG_CAPTURE_MODES = ("auto", "on")
 
 
@@ -96,6 +97,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("warmup-count", "untimed warm-up runs per case", 5, _non_negative_int),
     OptionSpec("prof-path", "existing msprof PROF_* directory to read instead of launching msprof (NPU)"),
     OptionSpec("replay-coverage-min", "fail the run if fewer than this fraction of selected rows replay and pass", None, _fraction),
+    OptionSpec(
+        "replay-coverage-weight",
+        "what --replay-coverage-min counts: rows, or the rows' profiled time (Profiling Average Duration(us) "
+        "x Profiling Count: the share of a profiled model's kernel time the run measures)",
+        "rows",
+        choices=COVERAGE_WEIGHTS,
+    ),
     OptionSpec("profile-batch-size", "cases per in-process profiler session (results reach the controller per batch)", 32, _positive_int),
     OptionSpec("no-writeback", "measure and report, but leave the database CSVs unchanged", False, _bool, flag=True),
     OptionSpec("seed", "seed of the random inputs", 0, _non_negative_int),
@@ -169,6 +177,7 @@ class Settings:
     warmup_count: int
     prof_path: Path | None
     replay_coverage_min: float | None
+    replay_coverage_weight: str
     profile_batch_size: int
     no_writeback: bool
     seed: int

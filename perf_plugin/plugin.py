@@ -292,7 +292,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     state = item.config.stash.get(RUN_STATE, None)
     if case is None or state is None or call.when != "teardown":
         return report
-    report.user_properties.append((CASE_PROPERTY, CaseRecord(case.ref, case.status, case.reason).to_json()))
+    from perf_plugin.cases import record_of
+
+    report.user_properties.append((CASE_PROPERTY, record_of(case).to_json()))
     if state.collector is not None and not state.heap_refrozen:
         state.heap_refrozen = True
         _freeze_heap(item.config)
@@ -394,7 +396,9 @@ class ControllerHooks:
         for item in session.items:
             case = _case_of(item)
             if case is not None:
-                self.state.records[item.nodeid] = CaseRecord(case.ref, case.status, case.reason)
+                from perf_plugin.cases import record_of
+
+                self.state.records[item.nodeid] = record_of(case)
 
 
 def _add_result(state: RunState, result: CaseResult) -> None:

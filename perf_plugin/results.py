@@ -200,4 +200,5 @@ class RunSummary:
     max_concurrency: int = 1
     env: dict[str, Any] = field(default_factory=dict)
     coverage_min: float | None = None
-    coverage: float | None = None
+    coverage: float | None = None  # share of the selected rows that replayed and passed
+    coverage_time: float | None = None  # the same, weighed by the rows' profiled time

@@ -32,6 +32,7 @@ class CaseRecord:
     reason: str
     outcome: str = ""  # passed / failed / skipped (from the test reports)
     message: str = ""
+    weight_us: float = 0.0  # the row's profiled time, for coverage by time
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,6 +41,7 @@ class CaseRecord:
             "reason": self.reason,
             "outcome": self.outcome,
             "message": self.message,
+            "weight_us": self.weight_us,
         }
 
     @classmethod
@@ -50,6 +52,7 @@ class CaseRecord:
             str(data.get("reason", "")),
             str(data.get("outcome", "")),
             str(data.get("message", "")),
+            float(data.get("weight_us", 0.0)),
         )
 
 

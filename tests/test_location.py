@@ -19,7 +19,8 @@ def settings(**changes: object) -> Settings:
     base = Settings(
         database_path=None, database_root=Path("db"), device=None, vllm_version=None, torch_version="2.9.0",
         cann_version=None, cuda_version=None, backend="auto", update_mode="all", prune_empty_duration_rows=False,
-        repeat_count=30, warmup_count=5, prof_path=None, replay_coverage_min=None, profile_batch_size=32,
+        repeat_count=30, warmup_count=5, prof_path=None, replay_coverage_min=None, replay_coverage_weight="rows",
+        profile_batch_size=32,
         no_writeback=False, seed=0, cache_mode="auto", rotate_max_copies=1024, repeat_markers=False,
         lock_timeout=5.0, replay_log_capture="auto",
     )

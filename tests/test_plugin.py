@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -278,12 +279,28 @@ def test_coverage_gate_fails_the_run_with_a_table(pytester: pytest.Pytester, pro
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
-            "*replay coverage: 50.0% of 6 selected rows replayed and passed (below --replay-coverage-min 0.9)*",
+            "*replay coverage: 50.0% of 6 selected rows replayed and passed, 50.0% of their profiled time "
+            "(below --replay-coverage-min 0.9 by rows)*",
             "*kernel type*rows*replay*passed*",
             "*Softmax*3*0*0*0.0%*",
         ]
     )
     assert run(pytester, project, "--replay-coverage-min", "0.5").ret == 0
+
+
+def test_coverage_by_time_weighs_rows_by_their_profiled_time(pytester: pytest.Pytester, project: Path) -> None:
+    header = HEADER + ",Profiling Average Duration(us),Profiling Count"
+    write_csv(project / "MatMulV2.csv", header, [MATMUL_ROWS[0] + ",50,10", MATMUL_ROWS[1] + ",25,4"])  # 600 us
+    write_csv(project / "Add.csv", header, [ADD_ROWS[0] + ",2,10"])  # 20 us
+    write_csv(project / "Softmax.csv", header, ['dynamic,AI_CORE,"""8,8""",FLOAT,ND,"""8,8""",FLOAT,ND,3,10'] * 2)  # 60 us
+    by_rows = run(pytester, project, "--replay-coverage-min", "0.9")
+    assert by_rows.ret == pytest.ExitCode.TESTS_FAILED
+    by_rows.stdout.fnmatch_lines(["*60.0% of 5 selected rows replayed and passed, 91.2% of their profiled time*"])
+    by_time = run(pytester, project, "--replay-coverage-min", "0.9", "--replay-coverage-weight", "time")
+    assert by_time.ret == 0, by_time.stdout.str()
+    by_time.stdout.fnmatch_lines(["*91.2% of their profiled time (meets --replay-coverage-min 0.9 by time)*"])
+    report = json.loads(next((project / "reports").glob("run_report_*.json")).read_text())
+    assert report["replay_run"]["coverage_time"] == pytest.approx(620 / 680)
 
 
 def test_coverage_gate_with_collect_only(pytester: pytest.Pytester, project: Path) -> None:

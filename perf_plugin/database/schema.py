@@ -48,6 +48,7 @@ PROFILING_MEDIAN = "Profiling Median Duration(us)"
 PROFILING_STD = "Profiling Std Duration(us)"
 PROFILING_DURATION_COLUMNS: tuple[str, ...] = (PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_STD)
 PROFILING_COUNTER_PREFIX = "Profiling Average "
+PROFILING_COUNT = "Profiling Count"  # launches aggregated into the row (written at the end)
 RAW_DURATION = "Duration(us)"
 
 # Microbench columns written back by a replay run.

@@ -42,6 +42,7 @@ from perf_plugin.database.schema import (
     DETAIL_COLUMNS,
     IDENTITY_COLUMNS,
     PROFILING_AVERAGE,
+    PROFILING_COUNT,
     PROFILING_MEDIAN,
     PROFILING_STD,
     format_number,
@@ -49,7 +50,6 @@ from perf_plugin.database.schema import (
 )
 from perf_plugin.ingest import columns as col
 
-PROFILING_COUNT = "Profiling Count"
 DIGITS = 6
 GROUP_KEY: tuple[str, ...] = (
     col.TYPE,

@@ -39,6 +39,7 @@ from perf_plugin.database.schema import (
     IDENTITY_COLUMNS,
     INPUT_STRIDES,
     MICROBENCH_AVERAGE,
+    PROFILING_COUNT,
     PROFILING_COUNTER_PREFIX,
     PROFILING_DURATION_COLUMNS,
     SIGNATURE_COLUMNS,
@@ -47,7 +48,7 @@ from perf_plugin.database.schema import (
 from perf_plugin.database.shapes import QuoteStyle, detect_quote_style, strip_embedded_quotes
 from perf_plugin.database.signature import Signature
 from perf_plugin.database.table import CsvTable
-from perf_plugin.ingest.aggregate import PROFILING_COUNT, AggregatedRow
+from perf_plugin.ingest.aggregate import AggregatedRow
 from perf_plugin.replay.registry import signature_of
 
 SHAPE_COLUMNS: tuple[str, ...] = ("Input Shapes", "Output Shapes")

@@ -154,8 +154,6 @@ class ExternalOutcome:
     notes: list[str] = field(default_factory=list)
 
 
-def _record_of(case: "Case", outcome: str) -> CaseRecord:
-    return CaseRecord(case.ref, case.status, case.reason, outcome=outcome)
 
 
 def external_run(
@@ -175,6 +173,8 @@ def external_run(
     ``cases`` are the collected (node id, case) pairs.  Raises MsprofError with one line when
     nothing can be measured; nothing is written by this function.
     """
+    from perf_plugin.cases import record_of
+
     outcome = ExternalOutcome()
     kernel_types = {case.ref.kernel_type for _, case in cases}
     if mode == MODE_READ:
@@ -182,7 +182,7 @@ def external_run(
             raise MsprofError("--prof-path is required to read a profile")
         prof_dirs = [Path(prof_path)]
         measured = as_measured((case for _, case in cases), repeat_count)
-        records = {nodeid: _record_of(case, "passed" if case.runnable else "skipped") for nodeid, case in cases}
+        records = {nodeid: record_of(case, "passed" if case.runnable else "skipped") for nodeid, case in cases}
         outcome.notes.append(f"msprof: read {prof_path} (no replay ran; each case taken as {repeat_count} repeats)")
     else:
         launch = run_under_msprof(argv, cwd=cwd, output_root=output_root, environ=environ)

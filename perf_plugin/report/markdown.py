@@ -48,6 +48,8 @@ def _facts(summary: RunSummary) -> list[str]:
     coverage = "-"
     if summary.coverage is not None:
         coverage = f"{100 * summary.coverage:.1f}%"
+        if summary.coverage_time is not None:
+            coverage += f" of rows, {100 * summary.coverage_time:.1f}% of profiled time"
         if summary.coverage_min is not None:
             coverage += f" (minimum {100 * summary.coverage_min:.1f}%)"
     command = shlex.join(summary.command) if summary.command else "-"

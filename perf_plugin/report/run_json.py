@@ -144,6 +144,7 @@ def build_run_report(summary: RunSummary, reports_dir: str | Path | None = None)
             "repeat_markers": summary.repeat_markers,
             "command": list(summary.command),
             "coverage": summary.coverage,
+            "coverage_time": summary.coverage_time,
             "coverage_min": summary.coverage_min,
         },
         "outcome_counts": {
