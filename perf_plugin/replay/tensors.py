@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
-from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.errors import DatabaseError, IncompleteRow
+from perf_plugin.database.schema import INPUT_STRIDES
 from perf_plugin.database.shapes import Shape, numel, parse_shape_cell, split_slots
 from perf_plugin.database.signature import normalise_dtype, normalise_format
+from perf_plugin.trace.args import is_contiguous
 
 if TYPE_CHECKING:  # torch is imported lazily: collection and ingest must not pay for it
     import torch
@@ -39,18 +41,44 @@ DTYPES: Mapping[str, tuple[str, int]] = MappingProxyType(
         "INT64": ("int64", 8),
         "BOOL": ("bool", 1),
         "COMPLEX64": ("complex64", 8),
+        # Quantisation rows: the packed dequantisation scale of QuantBatchMatmulV3
+        # (``npu_trans_quant_param`` output, seen by the kernel as UINT64), the Ascend 950
+        # float8 operands/outputs, and HIFLOAT8, which torch_npu carries in uint8 storage
+        # (torch has no such dtype; no replay computes with it, the rows only parse).
+        "UINT64": ("uint64", 8),
+        "FLOAT8_E4M3FN": ("float8_e4m3fn", 1),
+        "FLOAT8_E5M2": ("float8_e5m2", 1),
+        "HIFLOAT8": ("uint8", 1),
     }
 )
-FLOATING = frozenset({"FLOAT", "FLOAT32", "FP32", "FLOAT16", "FP16", "HALF", "BF16", "BFLOAT16", "DOUBLE", "FLOAT64"})
+FLOATING = frozenset(
+    {"FLOAT", "FLOAT32", "FP32", "FLOAT16", "FP16", "HALF", "BF16", "BFLOAT16", "DOUBLE", "FLOAT64"}
+    | {"FLOAT8_E4M3FN", "FLOAT8_E5M2"}
+)
+# Floating dtypes torch cannot draw ``uniform_`` in (float8): drawn in float32, then cast.
+_DRAWN_IN_FLOAT32 = frozenset({"FLOAT8_E4M3FN", "FLOAT8_E5M2"})
 
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One slot of a row: shape (None for an empty slot), normalised dtype and format."""
+    """One slot of a row: shape (None for an empty slot), normalised dtype and format, and the
+    strides of an input a trace recorded as not contiguous (a view the kernel read in place)."""
 
     shape: Shape | None
     dtype: str
     format: str = ""
+    strides: Shape | None = None
+
+    @property
+    def storage_numel(self) -> int:
+        """Elements of the storage the strided view spans (its own count when contiguous)."""
+        if self.shape is None:
+            return 0
+        if self.strides is None:
+            return self.numel
+        if any(size == 0 for size in self.shape):
+            return 0
+        return 1 + sum((size - 1) * stride for size, stride in zip(self.shape, self.strides))
 
     @property
     def present(self) -> bool:
@@ -103,12 +131,29 @@ _COLUMNS = {
 }
 
 
+def _strides(row: Mapping[str, str], side: str, shapes: list[Shape | None]) -> list[Shape | None]:
+    """The recorded strides of the input slots (``Input Strides``), None where the cell has none."""
+    cell = row.get(INPUT_STRIDES, "") if side == "inputs" else ""
+    try:
+        strides = parse_shape_cell(cell)
+    except DatabaseError as exc:
+        raise exc.located(column=INPUT_STRIDES) from None
+    aligned: list[Shape | None] = []
+    for i, shape in enumerate(shapes):
+        recorded = strides[i] if i < len(strides) else None
+        if recorded is not None and (shape is None or len(recorded) != len(shape)):
+            raise DatabaseError(f"slot {i} strides {list(recorded)} do not match its shape", column=INPUT_STRIDES)
+        aligned.append(None if recorded is None or is_contiguous(shape or (), recorded) else recorded)
+    return aligned
+
+
 def _specs(row: Mapping[str, str], side: str) -> tuple[TensorSpec, ...]:
     shape_col, dtype_col, format_col = _COLUMNS[side]
     try:
         shapes = parse_shape_cell(row.get(shape_col, ""))
     except DatabaseError as exc:
         raise exc.located(column=shape_col) from None
+    strides = _strides(row, side, shapes)
     dtypes = [normalise_dtype(t) for t in split_slots(row.get(dtype_col, ""))]
     formats = [normalise_format(t) for t in split_slots(row.get(format_col, ""))]
     specs = []
@@ -116,13 +161,13 @@ def _specs(row: Mapping[str, str], side: str) -> tuple[TensorSpec, ...]:
         dtype = dtypes[i] if i < len(dtypes) else ""
         if shape is not None:
             if not dtype:
-                raise DatabaseError(f"slot {i} has a shape but no data type", column=dtype_col)
+                raise IncompleteRow(f"slot {i} has a shape but no data type", column=dtype_col)
             if dtype not in DTYPES:
                 raise DatabaseError(
                     f"unknown dtype {dtype!r} in slot {i} (known: {', '.join(sorted(DTYPES))})",
                     column=dtype_col,
                 )
-        specs.append(TensorSpec(shape, dtype, formats[i] if i < len(formats) else ""))
+        specs.append(TensorSpec(shape, dtype, formats[i] if i < len(formats) else "", strides[i]))
     return tuple(specs)
 
 
@@ -145,11 +190,24 @@ def random_tensor(
     low: int = 1,
     high: int = 100,
 ) -> "torch.Tensor":
-    """Fresh random values, never zeros: floats ~ N(0, 1) shifted away from 0, ints in [low, high)."""
-    import torch
+    """Fresh random values, never zeros: floats uniform in +-[0.5, 1.5], ints in [low, high).
 
+    A spec with recorded strides gets a view with those strides over a storage drawn the same way.
+    """
     if spec.shape is None:
         raise DatabaseError("cannot build a tensor for an empty slot")
+    if spec.strides is None:
+        return _random_values(spec, device, generator, low, high)
+    storage = _random_values(TensorSpec((spec.storage_numel,), spec.dtype), device, generator, low, high)
+    return storage.as_strided(spec.shape, spec.strides)
+
+
+def _random_values(
+    spec: TensorSpec, device: "torch.device | str", generator: "torch.Generator | None", low: int, high: int
+) -> "torch.Tensor":
+    import torch
+
+    assert spec.shape is not None
     dtype = spec.torch_dtype()
     if spec.dtype in FLOATING:
         # Generated on the target device (the generator must live there too) and in the
@@ -159,11 +217,12 @@ def random_tensor(
         # of microseconds of host time (this ran as seven: rand, add, randint, two integer
         # ops, mul, cast); drawing a half-precision tensor through float32 held 3x its bytes
         # at the peak (1.5x now) and took 1.5-2x as long on the CPU.
-        values = torch.empty(spec.shape, device=device, dtype=dtype)
+        draw_dtype = torch.float32 if spec.dtype in _DRAWN_IN_FLOAT32 else dtype
+        values = torch.empty(spec.shape, device=device, dtype=draw_dtype)
         values.uniform_(0.5, 1.5, generator=generator)
         signs = torch.randint(-1, 1, spec.shape, generator=generator, device=device, dtype=torch.int8)
         values.copysign_(signs)
-        return values
+        return values if draw_dtype == dtype else values.to(dtype)
     if spec.dtype == "BOOL":
         return torch.randint(0, 2, spec.shape, generator=generator, device=device).bool()
     return torch.randint(low, high, spec.shape, generator=generator, device=device, dtype=dtype)

@@ -8,15 +8,18 @@ that overload again on fresh tensors of the row's shapes, dtypes and strides, so
 model ran (``aten.rsqrt``, ``aten.argmax``, ``aten.neg`` ...) is measurable with the kernel the
 model ran, and the rows the named kernel families replay keep their dedicated replays.
 
-Inputs: floating tensors are drawn uniformly in [0.25, 0.95]: positive and below one, so that
-operators with a restricted domain (``rsqrt``, ``log``, ``acos``, ``pow`` with a fractional
-exponent) compute finite values whatever they are; integer tensors in [1, 100) unless an argument
-makes that out of range (an index into a smaller dimension), which fails the case with the
-operator's own error.  The reference is the same overload on float64 CPU copies (exact for
-integer and boolean results); operators that draw random values (tagged
-``nondeterministic_seeded``: ``randn``, ``dropout``) are checked for shapes, dtypes and finite
-values only.  On an NPU the same ``torch.ops.aten`` call runs: it reaches the
-operator's own NPU kernel, whose name msprof reports (these rows come from CUDA and CPU traces).
+Inputs have the recorded strides (a view read in place stays a view).  Floating tensors are
+drawn uniformly in [0.25, 0.95]: positive and below one, so that operators with a restricted
+domain (``rsqrt``, ``log``, ``acos``, ``pow`` with a fractional exponent) compute finite values
+whatever they are.  Integer tensors are drawn in [1, d), d the smallest dimension of the floating
+inputs, so that index tensors (gather, scatter, index_add) address any dimension; an operator
+whose integer arguments must be something else fails the case with its own error.
+
+The reference is the same overload on float64 CPU copies (exact for integer and boolean
+results); operators that draw random values (tagged ``nondeterministic_seeded``: ``randn``,
+``dropout``) are checked for shapes, dtypes and finite values only.  On an NPU the same
+``torch.ops.aten`` call runs: it reaches the operator's own NPU kernel, whose name msprof reports
+(these rows come from CUDA and CPU traces).
 """
 
 from __future__ import annotations
@@ -38,6 +41,13 @@ FLOAT_RANGE = (0.25, 0.95)
 
 def _operator_name(row: KernelRow) -> str:
     return row.kernel_type[len(PREFIX) :]
+
+
+def _index_bound(row: KernelRow) -> int:
+    """Integer inputs stay below every dimension of the floating inputs, so that a tensor of
+    indices (gather, index_select, index_add, scatter) addresses any of their dimensions."""
+    dims = [d for spec in row.inputs if spec.shape and spec.dtype in FLOATING for d in spec.shape if d > 0]
+    return min(dims, default=100)
 
 
 class AtenOpReplay(OpReplay):
@@ -70,18 +80,22 @@ class AtenOpReplay(OpReplay):
 
     def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
         overload, template = self._call(row)
-        tensors = tuple(self._tensor(spec, device, generator) for spec in row.inputs)
+        bound = _index_bound(row)
+        tensors = tuple(self._tensor(spec, device, generator, bound) for spec in row.inputs)
         return _operator_name(row), overload, template, tensors
 
-    def _tensor(self, spec: TensorSpec, device: "torch.device", generator: "torch.Generator") -> Any:
+    def _tensor(self, spec: TensorSpec, device: "torch.device", generator: "torch.Generator", bound: int) -> Any:
         if spec.shape is None:
             return None
         if spec.dtype not in FLOATING:
-            return self.random(spec, device, generator)
+            return self.random(spec, device, generator, low=1 if bound > 1 else 0, high=max(bound, 1))
         import torch
 
-        values = torch.empty(spec.shape, dtype=spec.torch_dtype(), device=device)
-        return values.uniform_(*FLOAT_RANGE, generator=generator)
+        dtype = spec.torch_dtype()
+        drawn = torch.float32 if dtype.itemsize == 1 else dtype  # float8: no uniform_ of its own
+        storage = torch.empty(spec.storage_numel, dtype=drawn, device=device)
+        storage = storage.uniform_(*FLOAT_RANGE, generator=generator).to(dtype)
+        return storage.as_strided(spec.shape, spec.strides) if spec.strides is not None else storage.view(spec.shape)
 
     def values_verifiable(self, row: KernelRow) -> bool:
         """Operators PyTorch tags as drawing from the generator (``randn``, ``dropout``) give values
