@@ -8,8 +8,10 @@ CANN versions (``aten.add.Tensor``: ``Add``, alternate ``AddAiCore``; ``aten.mm.
 CSV of an alternate kernel type with no replay of its own is replayed by its primary's replay.
 
 Rules: a kernel type's own registered replay always wins; otherwise the first mapping in file
-order whose primary has a replay and lists the kernel type as an alternate decides.  Mappings
-without a primary (composite, zero-cost) are ignored.  The file is read with ``yaml.safe_load``;
+order whose primary has a replay and lists the kernel type as an alternate decides, unless the
+kernel type is itself the primary of another mapping (``GatherV3`` is an alternate of
+``aten.embedding`` but the primary of ``aten.index_select``: another API launches it, so the
+embedding replay would not).  Mappings without a primary (composite, zero-cost) are ignored.  The file is read with ``yaml.safe_load``;
 a malformed file is a DatabaseError naming the file and line.
 """
 
@@ -24,6 +26,7 @@ from perf_plugin.replay.base import OpReplay
 from perf_plugin.replay.registry import KernelCatalog, catalog
 
 OP_MAPPING_FILE = "op_mapping.yaml"
+PLACEHOLDER_PREFIX = "profiling."
 
 
 def _read_yaml(path: Path) -> Any:
@@ -50,6 +53,12 @@ def replay_aliases(path: Path, has_replay: Callable[[str], bool]) -> dict[str, s
         return {}
     if not isinstance(mappings, dict):
         raise DatabaseError("'operator_mappings' is not a mapping", path=path)
+    # Profiling-only placeholders (``profiling.<KernelType>``) name no API: not a primary that another API launches
+    primaries = {
+        m.get("kernel_type")
+        for name, m in mappings.items()
+        if isinstance(m, dict) and not str(name).startswith(PLACEHOLDER_PREFIX)
+    }
     aliases: dict[str, str] = {}
     for op_name, mapping in mappings.items():
         if not isinstance(mapping, dict):
@@ -61,7 +70,7 @@ def replay_aliases(path: Path, has_replay: Callable[[str], bool]) -> dict[str, s
         if not isinstance(alternates, list):
             raise DatabaseError(f"{op_name}: 'alternate_kernel_types' is not a list", path=path)
         for alternate in alternates:
-            if isinstance(alternate, str) and not has_replay(alternate):
+            if isinstance(alternate, str) and not has_replay(alternate) and alternate not in primaries:
                 aliases.setdefault(alternate, primary)
     return aliases
 
