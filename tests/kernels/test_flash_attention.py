@@ -21,13 +21,8 @@ import torch
 from perf_plugin.ingest.pipeline import ingest_path
 from perf_plugin.replay.base import CaseBuildError
 from perf_plugin.replay.cache_modes import replicate_inputs
-from perf_plugin.replay.kernels.flash_attention import (
-    FlashAttentionScoreGradReplay,
-    FlashAttentionScoreReplay,
-    Geometry,
-    math_backward,
-    math_forward,
-)
+from perf_plugin.replay.kernels._flash_attention_math import Geometry, math_backward, math_forward
+from perf_plugin.replay.kernels.flash_attention import FlashAttentionScoreGradReplay, FlashAttentionScoreReplay
 from perf_plugin.replay.verify import VerificationError, verify_outputs
 from tests.kernels.support import (
     aten_ops_of_run,

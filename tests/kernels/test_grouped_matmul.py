@@ -22,14 +22,8 @@ import torch
 from perf_plugin.ingest.pipeline import ingest_path
 from perf_plugin.replay.api_call import NpuFormat
 from perf_plugin.replay.base import CaseBuildError
-from perf_plugin.replay.kernels.grouped_matmul import (
-    GroupedMatmulReplay,
-    GroupedMatmulSwigluQuantReplay,
-    draw_group_sizes,
-    group_ends,
-    group_list_tensor,
-    swiglu_requant,
-)
+from perf_plugin.replay.kernels._grouped_gemm import draw_group_sizes, group_ends, group_list_tensor, swiglu_requant
+from perf_plugin.replay.kernels.grouped_matmul import GroupedMatmulReplay, GroupedMatmulSwigluQuantReplay
 from perf_plugin.replay.verify import VerificationError, verify_outputs
 from tests.kernels.support import kernel_row, meta_outputs, npu_call_of, op_mapping_api, replay_on_cpu, replay_of, shapes
 

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from perf_plugin.database.signature import SignatureRule
 from perf_plugin.replay.api_call import ApiCall
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.kernels.grouped_matmul import Groups, can_fuse, grouped_mm, maybe_nz, weight_shape
+from perf_plugin.replay.kernels._grouped_gemm import Groups, can_fuse, grouped_mm, maybe_nz, weight_shape
 from perf_plugin.replay.kernels.moe_routing import draw_top_k_ids, permute_order
 from perf_plugin.replay.tensors import KernelRow, TensorSpec, shape_text
 

@@ -64,152 +64,19 @@ def _ends(sizes: Any) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- shared helpers
-def nz_logical_shape(shape: Shape) -> Shape:
-    """``[..., n1, k1, k0, n0]`` FRACTAL_NZ storage -> the logical ``[..., k1*k0, n1*n0]``."""
-    *batch, n1, k1, k0, n0 = shape
-    return (*batch, k1 * k0, n1 * n0)
-
-
-def weight_shape(spec: TensorSpec) -> Shape:
-    """The logical ``[E, ., .]`` shape of a grouped weight slot (NZ storage shapes unpacked)."""
-    assert spec.shape is not None
-    if spec.format == "FRACTAL_NZ" and len(spec.shape) == 5:
-        return nz_logical_shape(spec.shape)
-    return spec.shape
-
-
-def maybe_nz(spec: TensorSpec, tensor: Any) -> Any:
-    """The weight as the API takes it: cast to FRACTAL_NZ where the row recorded that format."""
-    return NpuFormat(tensor, "FRACTAL_NZ") if spec.format == "FRACTAL_NZ" else tensor
-
-
-@dataclass(frozen=True)
-class Groups:
-    """Host-side group sizes (summing to the token count) and how ``run`` multiplies them."""
-
-    sizes: tuple[int, ...]
-    fused: bool  # torch._grouped_mm, else a loop of mm
-
-    def bounds(self) -> list[tuple[int, int, int]]:
-        """(group, first row, end row) of every non-empty group."""
-        ends = _ends(self.sizes)
-        return [(g, end - size, end) for g, (size, end) in enumerate(zip(self.sizes, ends)) if size]
-
-
-def draw_group_sizes(total: int, groups: int, generator: "torch.Generator | None") -> tuple[int, ...]:
-    """Random non-negative sizes summing to ``total``: ``groups - 1`` uniform cut points."""
-    import torch
-
-    if groups == 1:
-        return (total,)
-    if generator is None:  # meta device: values are never read, an even split will do
-        return tuple(total // groups + (1 if g < total % groups else 0) for g in range(groups))
-    cuts = torch.randint(0, total + 1, (groups - 1,), generator=generator, device=generator.device)
-    points = [0, *sorted(int(c) for c in cuts.tolist()), total]
-    return tuple(b - a for a, b in zip(points, points[1:]))
-
-
-def group_list_tensor(sizes: tuple[int, ...], group_list_type: int, device: "torch.device") -> "torch.Tensor":
-    """The API's INT64 ``group_list``: cumulative ends (type 0) or per-group counts (type 1)."""
-    import torch
-
-    values = list(sizes) if group_list_type == 1 else _ends(sizes)
-    return torch.tensor(values, dtype=torch.int64, device=device)
-
-
-def group_ends(group_list: "torch.Tensor", group_list_type: int) -> list[int]:
-    """The end row of every group, reading ``group_list`` the way the API does."""
-    values = [int(v) for v in group_list.tolist()]
-    if group_list_type == 0:
-        return values
-    if group_list_type == 1:
-        return _ends(values)
-    raise ValueError(f"group_list_type {group_list_type} is not replayed (0: cumulative, 1: counts)")
-
-
-def can_fuse(dtype: str, k: int, n: int, device: "torch.device") -> bool:
-    """Whether ``torch._grouped_mm`` takes these operands here (else ``mm`` per group)."""
-    import torch
-
-    if not hasattr(torch, "_grouped_mm") or dtype not in FLOAT_GEMM:
-        return False
-    size = 4 if dtype == "FLOAT" else 2
-    if (k * size) % 16 or (n * size) % 16:  # its operands' row strides must be 16-byte multiples
-        return False
-    if device.type in ("meta", "cuda"):  # its meta kernel, and CUDA's on sm90+, take BF16 only
-        return dtype == "BF16" and (device.type == "meta" or torch.cuda.get_device_capability(device) >= (9, 0))
-    return device.type == "cpu"
-
-
-def grouped_mm(x: "torch.Tensor", w: "torch.Tensor", offsets: "torch.Tensor", groups: Groups) -> "torch.Tensor":
-    """``out[rows of g] = x[rows of g] @ w[g]`` for contiguous row groups."""
-    import torch
-
-    if groups.fused:
-        return torch._grouped_mm(x, w, offs=offsets)
-    out = x.new_empty((x.shape[0], w.shape[2]))
-    for g, start, end in groups.bounds():
-        torch.mm(x[start:end], w[g], out=out[start:end])
-    return out
-
-
-def grouped_reference(x: "torch.Tensor", w: "torch.Tensor", ends: list[int], scale: "torch.Tensor | None" = None) -> "torch.Tensor":
-    """``x[rows of g] @ w[g]`` (times ``scale[g]``) on the CPU in float64, group by group from
-    the group ends the API's list gives."""
-    import torch
-
-    x64 = x.detach().cpu().double()
-    out = torch.empty((x.shape[0], w.shape[2]), dtype=torch.float64)
-    for g, (start, end) in enumerate(zip([0, *ends], ends)):
-        out[start:end] = x64[start:end] @ w[g].detach().cpu().double()
-        if scale is not None:
-            out[start:end] *= scale[g].detach().cpu().double()
-    return out
-
-
-def draw_groups(
-    rows: int, experts: int, gemm: tuple[str, int, int], device: "torch.device", generator: "torch.Generator | None"
-) -> tuple["torch.Tensor", "torch.Tensor", Groups, "torch.Tensor"]:
-    """A case's groups: the API's cumulative INT64 ``group_list``, the int32 offsets
-    ``torch._grouped_mm`` takes, the host sizes, and the group of every row (the gather index of
-    per-group scales, built here so ``run`` neither copies from the host nor synchronises)."""
-    import torch
-
-    sizes = draw_group_sizes(rows, experts, generator)
-    offsets = torch.tensor(_ends(sizes), dtype=torch.int32, device=device)
-    row_group = torch.repeat_interleave(torch.arange(experts), torch.tensor(sizes, dtype=torch.int64)).to(device)
-    return group_list_tensor(sizes, 0, device), offsets, Groups(sizes, can_fuse(*gemm, device)), row_group
-
-
-def swiglu_requant(c: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
-    """``S = silu(C[:, :N/2]) * C[:, N/2:]`` quantised per row: ``(round_half_even(S / s), s)``
-    with ``s = max|S| / 127``; the int8 values stay in ``c``'s floating dtype."""
-    import torch
-
-    act, gate = c.chunk(2, dim=1)
-    swiglu = act / (1 + torch.exp(-act)) * gate
-    scale = swiglu.abs().amax(dim=1) / 127
-    return torch.round(swiglu / scale.unsqueeze(1)), scale
-
-
-def _require_empty(row: KernelRow, slots: dict[int, str]) -> None:
-    for index, name in slots.items():
-        if index < len(row.inputs) and row.inputs[index].present:
-            raise CaseBuildError(f"{row.kernel_type} input slot {index} ({name}) is "
-                                 f"{shape_text(row.inputs[index])}; rows with a {name} are not replayed")
-
-
-def _slot(row: KernelRow, index: int, name: str) -> TensorSpec:
-    if index >= len(row.inputs) or not row.inputs[index].present:
-        raise CaseBuildError(f"{row.kernel_type} input slot {index} ({name}) is empty")
-    return row.inputs[index]
-
-
-def _group_list(row: KernelRow, index: int, experts: int) -> None:
-    spec = _slot(row, index, "group_list")
-    if spec.shape != (experts,) or spec.dtype != "INT64":
-        raise CaseBuildError(f"{row.kernel_type} group_list (slot {index}) is {shape_text(spec)} {spec.dtype}; "
-                             f"expected [{experts}] INT64, one entry per expert of the weight")
+from perf_plugin.replay.kernels._grouped_gemm import (
+    Groups,
+    check_group_list,
+    draw_groups,
+    group_ends,
+    grouped_mm,
+    grouped_reference,
+    maybe_nz,
+    require_empty,
+    required_slot,
+    swiglu_requant,
+    weight_shape,
+)
 
 
 # ----------------------------------------------------------------------------- GroupedMatmul
@@ -245,8 +112,8 @@ class GroupedMatmulReplay(OpReplay):
     trace_ops = MappingProxyType({"aten::_grouped_mm": _trace_grouped_mm})
 
     def plan(self, row: KernelRow) -> GmmPlan:
-        x, w = _slot(row, 0, "x"), _slot(row, 1, "weight")
-        _require_empty(row, {2: "bias", 4: "offset", 5: "antiquant_scale", 6: "antiquant_offset"})
+        x, w = required_slot(row, 0, "x"), required_slot(row, 1, "weight")
+        require_empty(row, {2: "bias", 4: "offset", 5: "antiquant_scale", 6: "antiquant_offset"})
         outputs, wshape = row.present_outputs, weight_shape(w)
         y = outputs[0] if len(outputs) == 1 else TensorSpec(None, "")
         assert x.shape is not None
@@ -259,7 +126,7 @@ class GroupedMatmulReplay(OpReplay):
         if wshape[1:] != (k, n) and not transposed:
             raise CaseBuildError(f"{row.kernel_type} weight {shape_text(wshape)} is neither [E,K,N] nor [E,N,K] "
                                  f"for x {shape_text(x)} and y {shape_text(y)}")
-        _group_list(row, 7, experts)
+        check_group_list(row, 7, experts)
         return GmmPlan(m, k, n, experts, transposed, self._quantised(row, x, w, y, m, n, experts))
 
     @staticmethod
@@ -286,7 +153,6 @@ class GroupedMatmulReplay(OpReplay):
         self.plan(row)
 
     def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
-        import torch
 
         p = self.plan(row)
         scale: torch.Tensor | None = None
@@ -353,11 +219,11 @@ class GroupedMatmulSwigluQuantReplay(OpReplay):
 
     def plan(self, row: KernelRow) -> tuple[int, int, int, int]:
         """(M, K, N, E)."""
-        x, w = _slot(row, 0, "x"), _slot(row, 1, "weight")
-        ws, xs = _slot(row, 2, "weight_scale"), _slot(row, 3, "x_scale")
+        x, w = required_slot(row, 0, "x"), required_slot(row, 1, "weight")
+        ws, xs = required_slot(row, 2, "weight_scale"), required_slot(row, 3, "x_scale")
         group_slot = 5 if len(row.inputs) > 5 and row.inputs[5].present else 4
         if group_slot == 5:
-            _require_empty(row, {4: "weight_assistance_matrix (A8W4)"})
+            require_empty(row, {4: "weight_assistance_matrix (A8W4)"})
         assert x.shape is not None
         wshape = weight_shape(w)
         if x.dtype != "INT8" or w.dtype != "INT8" or len(x.shape) != 2 or len(wshape) != 3 or wshape[1] != x.shape[1]:
@@ -367,7 +233,7 @@ class GroupedMatmulSwigluQuantReplay(OpReplay):
         if ws.shape != (e, n) or ws.dtype not in SWIGLU_SCALE or xs.shape != (m,) or xs.dtype != "FLOAT":
             raise CaseBuildError(f"{row.kernel_type} needs weight_scale [{e},{n}] FLOAT/BF16/FLOAT16 and x_scale [{m}] "
                                  f"FLOAT; got {shape_text(ws)} {ws.dtype} and {shape_text(xs)} {xs.dtype}")
-        _group_list(row, group_slot, e)
+        check_group_list(row, group_slot, e)
         expected = ((m, n // 2), "INT8"), ((m,), "FLOAT")
         got = tuple((s.shape, s.dtype) for s in row.present_outputs)
         if n % 2 or got != expected:
