@@ -113,3 +113,20 @@ def test_random_draws_are_checked_for_shape_dtype_and_finite_values_only(databas
     broken[0, 0] = float("nan")
     with pytest.raises(VerificationError, match="not finite everywhere"):
         verify_outputs(replay, kernel_row("aten.randn", randn), broken, outputs)
+
+
+def test_zero_dimensional_tensors_are_empty_shapes_with_a_dtype(tmp_path: Path) -> None:
+    x = torch.arange(1, 33)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        torch.floor_divide(x, torch.tensor(3))  # a 0-d tensor argument
+        x.float().sum()  # a 0-d result
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    ingest_path(tmp_path / "trace.json", tmp_path / "db")
+    (divide,) = _rows(tmp_path / "db", "aten.floor_divide")
+    assert (divide["Input Shapes"], divide["Input Data Types"]) == ('"32;"', "INT64;INT64")
+    outputs, _ = replay_on_cpu("aten.floor_divide", divide)
+    assert tuple(outputs.shape) == (32,)
+    (total,) = _rows(tmp_path / "db", "aten.sum")
+    assert (total["Output Shapes"], total["Output Data Types"]) == ("", "FLOAT")
+    outputs, _ = replay_on_cpu("aten.sum", total)
+    assert outputs.dim() == 0

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from perf_plugin.database.schema import OP_ARGUMENTS
 from perf_plugin.replay.aten_call import AtenCallError, call, overload_of, parse_arguments, slots_used, tensor_outputs
 from perf_plugin.replay.base import CaseBuildError, OpReplay
+from perf_plugin.replay.kernels.elementwise import scalar_aware_outputs
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec
 
 if TYPE_CHECKING:
@@ -60,23 +61,27 @@ class AtenOpReplay(OpReplay):
         cell = row.attrs.get(OP_ARGUMENTS, "").strip()
         if not cell:
             raise CaseBuildError(
-                f"{row.kernel_type} has no '{OP_ARGUMENTS}' cell: the call's arguments were not recorded "
-                "(ingest a trace profiled with record_shapes=True to record them)"
+                f"{row.kernel_type} has no '{OP_ARGUMENTS}' cell: the trace did not record the call's "
+                "arguments fully enough to call the operator again (the profiler records nothing of a "
+                "list of optional tensors, such as aten::index's indices; record_shapes=True records the rest)"
             )
         try:
             overload, template = parse_arguments(cell)
             overload_of(_operator_name(row), overload)
         except AtenCallError as exc:
             raise CaseBuildError(f"{row.kernel_type}: {exc}") from None
-        missing = [k for k in slots_used(template) if k >= len(row.inputs) or not row.inputs[k].present]
+        missing = [k for k in slots_used(template) if k >= len(row.inputs) or not row.inputs[k].dtype]
         if missing:
             raise CaseBuildError(f"{row.kernel_type}: the arguments name input slot {missing[0]}, which the row lacks")
         return overload, template
 
     def check(self, row: KernelRow) -> None:
         self._call(row)
-        if not row.present_outputs:
+        if not self.expected_outputs(row):
             raise CaseBuildError(f"{row.kernel_type} records no output to verify")
+
+    def expected_outputs(self, row: KernelRow) -> Sequence[TensorSpec]:
+        return scalar_aware_outputs(row)  # a 0-d result (a full reduction) is an empty shape with a dtype
 
     def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
         overload, template = self._call(row)
@@ -86,7 +91,10 @@ class AtenOpReplay(OpReplay):
 
     def _tensor(self, spec: TensorSpec, device: "torch.device", generator: "torch.Generator", bound: int) -> Any:
         if spec.shape is None:
-            return None
+            if not spec.dtype:
+                return None
+            # an empty shape with a dtype is a 0-d tensor in the profiler's notation
+            spec = TensorSpec((), spec.dtype, spec.format)
         if spec.dtype not in FLOATING:
             return self.random(spec, device, generator, low=1 if bound > 1 else 0, high=max(bound, 1))
         import torch
