@@ -162,3 +162,14 @@ def test_a_replay_with_no_portable_run_is_unsupported_off_the_npu(tmp_path: Path
     (on,) = load_case_set(tmp_path, lookup, named_apis=True).cases
     assert off.status == "unsupported" and "runs only through torch_npu.npu_rms_norm on an Ascend NPU" in off.reason
     assert on.runnable
+
+
+def test_an_api_that_writes_into_its_arguments_returns_them_as_the_outputs() -> None:
+    cache = torch.zeros(4)
+
+    def write(*, cache: torch.Tensor, values: torch.Tensor) -> None:
+        cache.copy_(values)
+
+    call = ApiCall("torch.add", (), {"cache": NpuFormat(cache, "ND"), "values": torch.ones(4)}, written=("cache",))
+    launch = bind_call(call, write, lambda tensor, acl_format: tensor.clone())  # the cast makes a new tensor
+    assert torch.equal(launch(), torch.ones(4)) and torch.equal(cache, torch.zeros(4))  # the cast one was written

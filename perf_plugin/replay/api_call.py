@@ -63,14 +63,21 @@ class ApiCall:
 
     ``outputs`` holds indices into the API's returned tuple, in the row's output order; None
     means the result is the row's outputs as it is (one tensor, or a tuple in row order).
+    ``written`` names keyword arguments the API writes the row's outputs into (an API that
+    returns nothing, such as ``atb._npu_reshape_and_cache``): they are the outputs then.
     """
 
     api: str
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     outputs: tuple[int, ...] | None = None
+    written: tuple[str, ...] = ()
 
-    def select(self, result: Any) -> Any:
+    def select(self, result: Any, kwargs: Mapping[str, Any] | None = None) -> Any:
+        if self.written:
+            given = self.kwargs if kwargs is None else kwargs
+            outputs = tuple(given[name] for name in self.written)
+            return outputs[0] if len(outputs) == 1 else outputs
         if self.outputs is None:
             return result
         items = result if isinstance(result, (tuple, list)) else (result,)
@@ -128,7 +135,7 @@ def bind_call(call: ApiCall, function: Callable[..., Any], format_cast: Callable
     args, kwargs = prepare_arguments(call, format_cast)
 
     def launch() -> Any:
-        return call.select(function(*args, **kwargs))
+        return call.select(function(*args, **kwargs), kwargs)
 
     return launch
 

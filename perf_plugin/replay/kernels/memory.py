@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.signature import SignatureRule
+from perf_plugin.replay.api_call import ApiCall, NpuFormat
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.kernels.elementwise import scalar_aware_inputs
 from perf_plugin.replay.tensors import KernelRow, TensorSpec, shape_text
@@ -198,7 +199,8 @@ class TransposeReplay(_DataMovementReplay):
 
     kernel_types = ("Transpose",)
     signature_rule = SignatureRule(input_slots=1)  # the permutation is a host value
-    npu_api = "torch.Tensor.copy_"
+    # op-plugin runs the ``Transpose`` op on ``x;perm``; a view copy picks its kernel itself
+    npu_api = "torch_npu.npu_transpose"
 
     def perm(self, row: KernelRow) -> tuple[int, ...]:
         x = _source(row, 2)
@@ -223,13 +225,20 @@ class TransposeReplay(_DataMovementReplay):
         x = self.random(row.inputs[0], device, generator)
         return x.permute(perm), self.random(row.present_outputs[0], device, generator)
 
+    def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
+        perm = self.perm(row)
+        inverse = sorted(range(len(perm)), key=perm.__getitem__)
+        x = args[0].permute(inverse)  # the contiguous input behind the permuted view
+        return self.api_call(x, list(perm), require_contiguous=True)
+
 
 class SliceReplay(_DataMovementReplay):
     """``Slice(x, offsets, size)``: ``out.copy_(x[0:size0, 0:size1, ...])``."""
 
     kernel_types = ("Slice",)
     signature_rule = SignatureRule(input_slots=1)  # offsets and sizes are host values
-    npu_api = "torch.Tensor.copy_"
+    # op-plugin ``npu_slice`` runs the ``Slice`` op on ``x;offsets;size`` (the row's layout)
+    npu_api = "torch_npu.npu_slice"
 
     def check(self, row: KernelRow) -> None:
         x = _source(row, 3)
@@ -250,6 +259,18 @@ class SliceReplay(_DataMovementReplay):
         assert out.shape is not None
         x = self.random(row.inputs[0], device, generator)
         return x[tuple(slice(0, size) for size in out.shape)], self.random(out, device, generator)
+
+    def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
+        source = args[0]
+        full = row.inputs[0].shape
+        out = row.present_outputs[0].shape
+        assert full is not None and out is not None
+        # the whole input behind the slice (same storage and strides: the slices start at 0)
+        x = source.as_strided(full, source.stride(), source.storage_offset())
+        # the Level2 rows record 3-d inputs as NCHW: a base-format label torch_npu sets without
+        # moving data, which the kernel then records too (the signature compares formats)
+        fmt = row.inputs[0].format
+        return self.api_call(NpuFormat(x, fmt) if fmt in ("NCHW", "NHWC") else x, [0] * len(full), list(out))
 
 
 class TensorMoveReplay(_DataMovementReplay):
@@ -321,6 +342,17 @@ class GatherV2Replay(_DataMovementReplay):
         x = self.random(x_spec, device, generator)
         indices = self.random(index_spec, device, generator, low=0, high=x_spec.shape[axis])
         return x, indices.reshape(-1), axis, out_spec.shape
+
+    def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
+        """``F.embedding`` (aclnnEmbedding -> GatherV2) gathers rows of a 2-D table; the other
+        torch gathers launch other kernels (``index_select``: aclnnIndexSelect -> GatherV3)."""
+        x, indices, axis, shape = args
+        if axis != 0 or x.dim() != 2:
+            raise CaseBuildError(
+                f"{row.kernel_type} gathers axis {axis} of a {x.dim()}-d table: no NPU API launches GatherV2 for "
+                "it (F.embedding takes a 2-D table gathered on axis 0; index_select launches GatherV3)"
+            )
+        return self.api_call(indices.view(shape[:-1]), x)  # indices in their own shape: out [*idx, D]
 
     def run(  # type: ignore[override]
         self, x: "torch.Tensor", indices: "torch.Tensor", axis: int, shape: Shape
