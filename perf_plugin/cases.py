@@ -141,9 +141,9 @@ def _row_case(
     if replay is None:
         return case(STATUS_NO_REPLAY, f"no replay for kernel type {kernel_type}", row), base_id
     try:
+        replay.check(row)  # first: its reason is about the row, whatever the backend
         if not replay.portable and not named_apis:
             raise CaseBuildError(f"{kernel_type} runs only through {replay.npu_api} on an Ascend NPU (no portable equivalent)")
-        replay.check(row)
     except CaseBuildError as exc:
         reason = DatabaseError(f"replay cannot be built: {exc}", path=table.path, row=line).describe()
         return case(STATUS_UNSUPPORTED, reason, row), base_id

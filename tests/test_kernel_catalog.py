@@ -20,6 +20,7 @@ from perf_plugin.database.signature import PLAIN, SignatureRule
 from perf_plugin.replay import registry
 from perf_plugin.replay.base import OpReplay
 from perf_plugin.replay.registry import CatalogError, build_catalog, refresh_catalog, replay_classes_in
+from tests.test_plugin import _profiler_modules_loaded  # noqa: F401  (torch.profiler's lazy imports, before pytester)
 
 BENCH_TEST = (Path(__file__).parents[1] / "bench" / "test_kernels.py").read_text()
 
