@@ -17,6 +17,7 @@ key a database row on.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ from perf_plugin.database.schema import DETAIL_COLUMNS, IDENTITY_COLUMNS
 from perf_plugin.ingest import columns as col
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
 from perf_plugin.ingest.profile_table import ProfileTable
-from perf_plugin.ingest.trace_attribution import attribute, is_communication_op
+from perf_plugin.ingest.list_dtypes import READERS_LOOKED_AT, resolve_cat_dtypes
+from perf_plugin.ingest.trace_attribution import OpSample, attribute, is_communication_op
 from perf_plugin.ingest.trace_events import read_chrome_trace, read_profiler
 from perf_plugin.trace.events import TraceData
 
@@ -72,6 +74,7 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
     )
     communication: Counter[str] = Counter(attribution.communication)
     records: list[dict[str, Any]] = []
+    following = _following_on_thread(attribution.samples)
     for sample in attribution.samples:
         summary.operators += 1
         op = sample.op
@@ -88,7 +91,7 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
             if not does_work(op, descendants):
                 continue
             duration_us = op.duration_ns / 1000.0
-        mapped = map_operator(op, descendants)
+        mapped = resolve_cat_dtypes(map_operator(op, descendants), sample, following(sample))
         cells = mapped.cells(summary.accelerator_core)
         if any(slot.shape is not None and not slot.dtype for slot in (*mapped.inputs, *mapped.outputs)):
             summary.unknown_dtype_rows += 1
@@ -109,6 +112,21 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
         communication=communication,
     )
     return table, summary
+
+
+def _following_on_thread(samples: list[OpSample]) -> Callable[[OpSample], list[OpSample]]:
+    """The operators that ran after a sample on its thread, nearest first."""
+    by_thread: dict[tuple[int, int], list[OpSample]] = {}
+    for sample in sorted(samples, key=lambda s: s.op.start_ns):
+        by_thread.setdefault(sample.op.thread, []).append(sample)
+    position = {id(sample): index for ordered in by_thread.values() for index, sample in enumerate(ordered)}
+
+    def after(sample: OpSample) -> list[OpSample]:
+        ordered = by_thread[sample.op.thread]
+        start = position[id(sample)] + 1
+        return ordered[start : start + READERS_LOOKED_AT]
+
+    return after
 
 
 def read_trace_file(path: str | Path) -> tuple[ProfileTable, TraceSummary]:

@@ -55,6 +55,7 @@ class OpSample:
     op: TraceOp
     device_ns: int = 0
     activities: int = 0
+    kernels: list[str] = field(default_factory=list)  # names of the device activities, in launch order
 
     def descendants(self) -> list[TraceOp]:
         return self.op.descendants()
@@ -152,6 +153,7 @@ def attribute(trace: TraceData) -> Attribution:
         sample = samples[id(owner)]
         sample.device_ns += activity.duration_ns
         sample.activities += 1
+        sample.kernels.append(activity.name)
     return attribution
 
 

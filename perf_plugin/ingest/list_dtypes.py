@@ -1,0 +1,60 @@
+"""The dtype of a ``cat``'s tensors, which the profiler does not record for a tensor list.
+
+Two pieces of evidence in a CUDA trace settle it:
+
+* PyTorch's CUDA ``cat`` launches its batched-copy kernels (``CatArrayBatchedCopy*``) only when
+  every input has the output's dtype, and instantiates them on an opaque element type of that
+  size (``OpaqueType<2u>``): such a kernel says that all the row's tensors share one dtype, and
+  its size in bytes;
+* the operators that run next on the same thread read the result: the first of them with a tensor
+  argument of the result's shape and of that element size records the dtype.
+
+When both agree, the row's empty dtype slots take that dtype.  Anything else (a CPU trace, a cat
+of mixed dtypes, no reader in sight) leaves them empty: the row then says why it cannot be
+replayed rather than carry a guess.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from perf_plugin.ingest.trace_attribution import OpSample
+from perf_plugin.trace.args import tensor_args
+from perf_plugin.trace.mapped import MappedOp, Slot
+
+CAT_KERNEL = re.compile(r"CatArrayBatchedCopy.*?OpaqueType<(\d+)u?>")
+ELEMENT_BYTES = {"DT_BF16": 2, "FLOAT16": 2, "FLOAT": 4, "DOUBLE": 8, "INT64": 8, "INT32": 4, "INT16": 2,
+                 "INT8": 1, "UINT8": 1, "BOOL": 1}  # fmt: skip
+READERS_LOOKED_AT = 8  # the result is read right away in the models this is for (RoPE, KV caches)
+
+
+def cat_element_bytes(kernels: Sequence[str]) -> int | None:
+    """The element size of a cat's batched-copy kernels (None unless all agree)."""
+    sizes = {int(match.group(1)) for name in kernels if (match := CAT_KERNEL.search(name))}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def resolve_cat_dtypes(mapped: MappedOp, sample: OpSample, following: Sequence[OpSample]) -> MappedOp:
+    """``mapped`` with its empty dtype slots filled where the evidence above settles them."""
+    if mapped.kernel_type != "ConcatD" or len(mapped.outputs) != 1 or mapped.outputs[0].shape is None:
+        return mapped
+    if all(slot.dtype for slot in (*mapped.inputs, *mapped.outputs)):
+        return mapped
+    size = cat_element_bytes(sample.kernels)
+    if size is None:
+        return mapped
+    shape = mapped.outputs[0].shape
+    for reader in following[:READERS_LOOKED_AT]:
+        for tensor in tensor_args(reader.op):
+            if tensor.shape == shape and ELEMENT_BYTES.get(tensor.dtype) == size:
+                return _with_dtype(mapped, tensor.dtype)
+    return mapped
+
+
+def _with_dtype(mapped: MappedOp, dtype: str) -> MappedOp:
+    def fill(slots: tuple[Slot, ...]) -> tuple[Slot, ...]:
+        return tuple(Slot(s.shape, s.dtype or (dtype if s.shape is not None else "")) for s in slots)
+
+    return dataclasses.replace(mapped, inputs=fill(mapped.inputs), outputs=fill(mapped.outputs))

@@ -1,0 +1,46 @@
+"""The dtype of a cat's tensor list, which the profiler does not record, from a real H100 trace.
+
+``tests/fixtures/cuda/rope_cat_trace.json`` (see its SOURCES.md) holds two cats of bf16 tensors:
+the rotate-half of a RoPE, which a ``mul`` reads next, and a KV-cache append whose result nothing
+reads.  Both launched ``CatArrayBatchedCopy`` kernels on a 2-byte opaque type.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from perf_plugin.ingest.list_dtypes import cat_element_bytes
+from perf_plugin.ingest.pipeline import ingest_path
+from tests.kernels.support import replay_on_cpu
+
+TRACE = Path(__file__).parent / "fixtures" / "cuda" / "rope_cat_trace.json"
+
+
+@pytest.fixture(scope="module")
+def concat_rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    db = tmp_path_factory.mktemp("cat") / "db"
+    ingest_path(TRACE, db)
+    with (db / "ConcatD.csv").open(newline="") as handle:
+        return {row["Output Shapes"]: row for row in csv.DictReader(handle)}
+
+
+def test_a_cat_read_by_the_next_operator_gets_its_dtype(concat_rows: dict[str, dict[str, str]]) -> None:
+    rope = concat_rows['"1,8,64,64"']
+    assert (rope["Input Data Types"], rope["Output Data Types"]) == ("DT_BF16;DT_BF16", "DT_BF16")
+    replay_on_cpu("ConcatD", rope)
+
+
+def test_a_cat_nothing_reads_keeps_its_dtypes_empty_rather_than_guessed(concat_rows: dict[str, dict[str, str]]) -> None:
+    cache = concat_rows['"1,8,128,64"']
+    assert (cache["Input Data Types"], cache["Output Data Types"]) == (";", "")
+
+
+def test_only_batched_copy_kernels_of_one_element_size_say_the_size() -> None:
+    two = "void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous namespace)::OpaqueType<2u>, unsigned int, 4, 64, 64>(...)"
+    four = two.replace("OpaqueType<2u>", "OpaqueType<4u>")
+    assert cat_element_bytes([two]) == 2 and cat_element_bytes([two, two]) == 2
+    assert cat_element_bytes([two, four]) is None  # mixed: no single size
+    assert cat_element_bytes(["void at::native::copy_kernel(...)"]) is None  # the mixed-dtype path
