@@ -121,12 +121,14 @@ def _is_scalar_type(argument: Any) -> bool:
 
 
 def build_arguments(
-    template: Sequence[Any], tensors: Sequence[Any], schema: Any = None
+    template: Sequence[Any], tensors: Sequence[Any], schema: Any = None, device: Any = None
 ) -> tuple[list[Any], dict[str, Any]]:
     """The call's arguments: slots replaced by tensors, dtype codes by dtypes.
 
     The profiler records keyword-only arguments among the positional ones, in schema order
-    (``mean.dim(self, dim, keepdim, *, dtype)``); with a schema they are passed by name.
+    (``mean.dim(self, dim, keepdim, *, dtype)``); with a schema they are passed by name.  A
+    ``device`` argument the trace left unset (a factory such as ``randint`` called on the default
+    device) becomes ``device``, so that the call runs where the replay does.
     """
     import torch
 
@@ -140,6 +142,8 @@ def build_arguments(
             value = [tensors[int(k)] for k in value[TENSORS]]
         elif isinstance(value, int) and not isinstance(value, bool) and argument is not None and _is_scalar_type(argument):
             value = getattr(torch, _TORCH_DTYPES[SCALAR_TYPE_CODES[value]])
+        if argument is not None and argument.name == "device" and value is None:
+            value = device
         if argument is not None and argument.kwarg_only:
             if value is not None:
                 keywords[argument.name] = value
@@ -168,10 +172,10 @@ def overload_of(name: str, overload: str) -> Any:
         raise AtenCallError(f"aten::{name} has no overload {overload!r}") from None
 
 
-def call(name: str, overload: str, template: Sequence[Any], tensors: Sequence[Any]) -> Any:
-    """Call the recorded overload on ``tensors``."""
+def call(name: str, overload: str, template: Sequence[Any], tensors: Sequence[Any], device: Any = None) -> Any:
+    """Call the recorded overload on ``tensors`` (factories on ``device``)."""
     function = overload_of(name, overload)
-    positional, keywords = build_arguments(template, tensors, function._schema)
+    positional, keywords = build_arguments(template, tensors, function._schema, device)
     return function(*positional, **keywords)
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from perf_plugin.database.schema import OP_ARGUMENTS
 from perf_plugin.replay.aten_call import AtenCallError, call, overload_of, parse_arguments, slots_used, tensor_outputs
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.kernels.elementwise import scalar_aware_outputs
+from perf_plugin.replay.kernels.elementwise import scalar_aware_dtype_slots, scalar_aware_outputs
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec
 
 if TYPE_CHECKING:
@@ -70,7 +70,8 @@ class AtenOpReplay(OpReplay):
             overload_of(_operator_name(row), overload)
         except AtenCallError as exc:
             raise CaseBuildError(f"{row.kernel_type}: {exc}") from None
-        missing = [k for k in slots_used(template) if k >= len(row.inputs) or not row.inputs[k].dtype]
+        slots = _slots(row)
+        missing = [k for k in slots_used(template) if k >= len(slots) or not slots[k].dtype]
         if missing:
             raise CaseBuildError(f"{row.kernel_type}: the arguments name input slot {missing[0]}, which the row lacks")
         return overload, template
@@ -86,8 +87,8 @@ class AtenOpReplay(OpReplay):
     def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
         overload, template = self._call(row)
         bound = _index_bound(row)
-        tensors = tuple(self._tensor(spec, device, generator, bound) for spec in row.inputs)
-        return _operator_name(row), overload, template, tensors
+        tensors = tuple(self._tensor(spec, device, generator, bound) for spec in _slots(row))
+        return _operator_name(row), overload, template, tensors, device
 
     def _tensor(self, spec: TensorSpec, device: "torch.device", generator: "torch.Generator", bound: int) -> Any:
         if spec.shape is None:
@@ -117,15 +118,40 @@ class AtenOpReplay(OpReplay):
             return True
         return torch.Tag.nondeterministic_seeded not in tags
 
-    def run(self, name: str, overload: str, template: Sequence[Any], tensors: Sequence[Any]) -> Any:
-        outputs = tensor_outputs(call(name, overload, template, tensors))
+    def run(self, name: str, overload: str, template: Sequence[Any], tensors: Sequence[Any], device: Any) -> Any:
+        outputs = tensor_outputs(call(name, overload, template, tensors, device))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def reference(self, name: str, overload: str, template: Sequence[Any], tensors: Sequence[Any]) -> Any:
-        wide = [_float64_copy(t) for t in tensors]
-        outputs = tensor_outputs(call(name, overload, template, wide))
+    def reference(self, name: str, overload: str, template: Sequence[Any], tensors: Sequence[Any], device: Any) -> Any:
+        """The operator on float64 CPU copies; where it takes no float64 (``_scaled_mm`` reads
+        float8), its CPU implementation on copies in their own dtypes (a code path independent of
+        the CUDA kernel's); where the CPU has no kernel for an integer dtype (``histc``), on every
+        tensor as float64 (exact for the integers drawn here)."""
+        attempts = (_float64_copy, _cpu_copy, _all_float64)
+        for index, copy in enumerate(attempts):
+            try:
+                outputs = tensor_outputs(call(name, overload, template, [copy(t) for t in tensors], "cpu"))
+                break
+            except (RuntimeError, ValueError, TypeError, NotImplementedError):
+                if index == len(attempts) - 1:
+                    raise
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
+
+
+def _slots(row: KernelRow) -> tuple[TensorSpec, ...]:
+    """The input slots, with dtype-only slots past the last shape (a 0-d tensor argument when the
+    shape cell is empty: ``clamp`` of a 0-d scale) kept as slots of their own."""
+    extra = [TensorSpec(None, spec.dtype) for spec in scalar_aware_dtype_slots(row)[len(row.inputs) :]]
+    return tuple(row.inputs) + tuple(extra)
+
+
+def _all_float64(value: Any) -> Any:
+    return None if value is None else value.detach().to("cpu").double()
+
+
+def _cpu_copy(value: Any) -> Any:
+    return None if value is None else value.detach().to("cpu", copy=True)
 
 
 def _float64_copy(value: Any) -> Any:

@@ -44,6 +44,11 @@ if TYPE_CHECKING:
     import torch
 
 
+def scalar_aware_dtype_slots(row: KernelRow) -> tuple[TensorSpec, ...]:
+    """The input slots plus the dtype-only slots past the last shape slot (0-d tensors)."""
+    return _recorded_slots(row, "Input")
+
+
 def _recorded_slots(row: KernelRow, side: str) -> tuple[TensorSpec, ...]:
     """The row's slots on one side, plus dtype-only slots past the last shape slot.
 
@@ -86,6 +91,11 @@ def scalar_aware_outputs(row: KernelRow) -> tuple[TensorSpec, ...]:
 
 
 # ----------------------------------------------------------------------------- trace ingest
+# A Python number passed to a tensor op arrives as a 0-d CPU tensor of these dtypes (a "wrapped
+# number": ``y * 0.5`` records a 0-d ``double``); a 0-d tensor of any other dtype is a real tensor.
+WRAPPED_NUMBER_DTYPES = frozenset({"DOUBLE", "INT64", "BOOL"})
+
+
 def _trace_binary(kernel_type: str, scalar_kernel_type: str | None = None, true_division: bool = False) -> TraceMapper:
     """A binary operator: broadcasting and PyTorch's type promotion give the output.
 
@@ -101,10 +111,15 @@ def _trace_binary(kernel_type: str, scalar_kernel_type: str | None = None, true_
         if true_division and concrete_arg(op, 2) not in (None,):
             return None  # div with rounding_mode is floor/trunc division, not RealDiv
         if is_scalar_arg(op, 1):
-            dtype = promote(a, scalar_dtype(op, 1), b_is_dimensioned=False)
+            operand = scalar_dtype(op, 1)
+            dtype = promote(a, operand, b_is_dimensioned=False)
             if true_division and category(dtype) in (0, 1):
                 dtype = DEFAULT_FLOAT
             out = (Slot(a.shape, dtype),)
+            if op.types[1] != "Scalar" and operand not in WRAPPED_NUMBER_DTYPES:
+                # a 0-d tensor on the device: it keeps its own dtype (the kernel reads and casts it,
+                # a float32 scale divided into a bf16 tensor is not a bf16 scalar), never a host scalar
+                return MappedOp(kernel_type, (Slot(a.shape, a.dtype), Slot(None, operand)), out)
             if scalar_kernel_type is not None:
                 return MappedOp(scalar_kernel_type, (Slot(a.shape, a.dtype),), out)
             return MappedOp(kernel_type, (Slot(a.shape, a.dtype), Slot(None, dtype)), out)

@@ -378,7 +378,9 @@ class ConcatDReplay(_DataMovementReplay):
         if len(mixed) != 1:
             raise CaseBuildError(f"{row.kernel_type} inputs have mixed dtypes {';'.join(mixed)}")
         assert out.shape is not None
-        axis = concat_axis([s.shape for s in row.inputs if s.shape is not None], out.shape)
+        # torch.cat skips 1-D empty inputs (a KV cache's first update concatenates onto one)
+        shaped = [s.shape for s in row.inputs if s.shape is not None and s.shape != (0,)]
+        axis = concat_axis(shaped, out.shape) if shaped else None
         if axis is None:
             raise CaseBuildError(
                 f"{row.kernel_type} shapes are inconsistent: inputs "
