@@ -65,16 +65,21 @@ class Groups:
 
 
 def draw_group_sizes(total: int, groups: int, generator: "torch.Generator | None") -> tuple[int, ...]:
-    """Random non-negative sizes summing to ``total``: ``groups - 1`` uniform cut points."""
+    """Sizes summing to ``total``, as even as they can be: the row records no routing, and a
+    balanced one is what MoE load balancing aims for and what a model routes with random weights.
+    (Uniform random cut points, skewed, made the prefill grouped GEMMs of a Qwen3-MoE model
+    1.5-1.6x slower on an H100 than the same GEMMs in the model.)  Which groups get the remainder
+    is drawn from ``generator``.
+    """
     import torch
 
     if groups == 1:
         return (total,)
-    if generator is None:  # meta device: values are never read, an even split will do
-        return tuple(total // groups + (1 if g < total % groups else 0) for g in range(groups))
-    cuts = torch.randint(0, total + 1, (groups - 1,), generator=generator, device=generator.device)
-    points = [0, *sorted(int(c) for c in cuts.tolist()), total]
-    return tuple(b - a for a, b in zip(points, points[1:]))
+    base, extra = divmod(total, groups)
+    if generator is None or extra == 0:  # meta device, or nothing left to place
+        return tuple(base + (1 if g < extra else 0) for g in range(groups))
+    chosen = set(torch.randperm(groups, generator=generator, device=generator.device)[:extra].tolist())
+    return tuple(base + (1 if g in chosen else 0) for g in range(groups))
 
 
 def group_list_tensor(sizes: tuple[int, ...], group_list_type: int, device: "torch.device") -> "torch.Tensor":
