@@ -250,14 +250,37 @@ def _sdpa_trace(path: Path) -> Path:
     return path
 
 
+def test_a_row_without_stats_replays_through_the_sdpa_dispatcher() -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    cells = forward_cells("2,4,64,32", "2,2,64,32", "2,4,64,8", mask="2048,2048")
+    cells["Output Shapes"] = '";;;2,4,64,32"'
+    replay, row = replay_of("FlashAttentionScore"), kernel_row("FlashAttentionScore", cells)
+    args = replay.make_inputs(row, torch.device("cpu"), torch.Generator().manual_seed(0))
+    seen: list[str] = []
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    with Recorder():
+        replay.run(*args)
+    assert "aten._scaled_dot_product_flash_attention_for_cpu" in seen  # the backend SDPA picks here
+    replay_on_cpu("FlashAttentionScore", cells)
+    assert replay.npu_call(row, args).outputs == (0,)  # attention_out alone on an NPU too
+
+
 def test_a_cpu_trace_of_sdpa_becomes_flash_attention_rows_that_replay(tmp_path: Path) -> None:
     ingest_path(_sdpa_trace(tmp_path / "trace.json"), tmp_path / "db")
     forward = {r["Input Shapes"]: r for r in csv.DictReader((tmp_path / "db" / "FlashAttentionScore.csv").open())}
     assert set(forward) == {'"2,4,64,32;2,2,64,32;2,2,64,32;;;;2048,2048;;;;;;;;"', '"2,4,64,32;2,2,64,32;2,2,64,32;;;;;;;;;;;;"'}
     for row in forward.values():
         assert row["Input Data Types"] == FORWARD[0]["Input Data Types"] and row["Output Data Types"] == FORWARD[0]["Output Data Types"]
-        assert row["Output Shapes"] == '"2,4,64,8;2,4,64,8;;2,4,64,32"'
-        replay_on_cpu("FlashAttentionScore", row)
+        # SDPA returns attention_out alone: the stats slots stay empty, their dtypes as the kernel's
+        assert row["Output Shapes"] == '";;;2,4,64,32"'
+        outputs, _ = replay_on_cpu("FlashAttentionScore", row)
+        assert tuple(outputs.shape) == (2, 4, 64, 32)
     (grad,) = csv.DictReader((tmp_path / "db" / "FlashAttentionScoreGrad.csv").open())
     assert grad["Input Shapes"] == '"2,4,64,32;2,2,64,32;2,2,64,32;2,4,64,32;2048,2048;2,4,64,8;2,4,64,8;;2,4,64,32;;;;;;"'
     assert (grad["Input Data Types"], grad["Output Data Types"]) == (GRAD[0]["Input Data Types"], GRAD[0]["Output Data Types"])
@@ -305,6 +328,7 @@ def test_a_cuda_trace_of_sdpa_becomes_rows_that_replay(tmp_path: Path) -> None:
     (forward,) = csv.DictReader((tmp_path / "db" / "FlashAttentionScore.csv").open())
     (grad,) = csv.DictReader((tmp_path / "db" / "FlashAttentionScoreGrad.csv").open())  # whichever backward kernel ran
     assert forward["Input Shapes"] == '"1,16,512,128;1,8,512,128;1,8,512,128;;;;2048,2048;;;;;;;;"'
+    assert forward["Output Shapes"] == '";;;1,16,512,128"'
     assert grad["Output Shapes"] == '"1,16,512,128;1,8,512,128;1,8,512,128;;;"'
     _on_cuda("FlashAttentionScore", forward)
     _on_cuda("FlashAttentionScoreGrad", grad)

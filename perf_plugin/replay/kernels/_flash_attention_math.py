@@ -147,16 +147,39 @@ def _expect(row: KernelRow, name: str, spec: TensorSpec, like: TensorSpec) -> No
         raise _fail(row, f"{name} {shape_text(spec)} {spec.dtype} should be {shape_text(like)} {like.dtype}")
 
 
+def records_stats(row: KernelRow) -> bool:
+    """Whether a forward row records softmax_max/softmax_sum (the NPU kernel's outputs); a row from
+    a PyTorch trace records attention_out alone, which is all SDPA returns to the model."""
+    return _slot(row.outputs, 0).present
+
+
+def _bnsd_geometry(row: KernelRow, causal: bool) -> Geometry:
+    """A forward row without the stats: BNSD operands give the heads."""
+    q, k, v = (_slot(row.inputs, i) for i in range(3))
+    if q.shape is None or k.shape is None or len(q.shape) != 4 or len(k.shape) != 4 or v.shape != k.shape:
+        raise _fail(row, "without softmax_max, needs BNSD query, key and value [B,N,S,D] in slots 0-2")
+    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3] or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
+        raise _fail(row, f"query {shape_text(q)} and key {shape_text(k)} are not BNSD with KV heads dividing N")
+    if len({q.dtype, k.dtype, v.dtype}) != 1 or q.dtype not in FLOATING:
+        raise _fail(row, f"query, key and value must share one floating dtype, got {q.dtype};{k.dtype};{v.dtype}")
+    b, n, s, d = q.shape
+    return Geometry("BNSD", b, n, k.shape[1], s, k.shape[2], d, causal)
+
+
 def forward_geometry(row: KernelRow) -> Geometry:
     ins, outs = row.inputs, row.outputs
     _require_empty(row, range(3, 6), FORWARD_INPUTS, "pse, dropout and padding masks are not replayed")
     causal = _mask_is_causal(row, 6)
     _require_empty(row, range(7, len(ins)), (), "prefix, varlen (TND) and FP8 inputs are not replayed")
-    g = _geometry(row, ins, _slot(outs, 0), causal)
     if len(outs) != 4 or outs[2].present:
         raise _fail(row, "needs outputs softmax_max;softmax_sum;(empty softmax_out);attention_out")
-    _expect(row, "softmax_sum (output 1)", outs[1], outs[0])
     _expect(row, "attention_out (output 3)", outs[3], ins[0])
+    if not records_stats(row):
+        if outs[1].present:
+            raise _fail(row, "records softmax_sum without softmax_max")
+        return _bnsd_geometry(row, causal)
+    g = _geometry(row, ins, _slot(outs, 0), causal)
+    _expect(row, "softmax_sum (output 1)", outs[1], outs[0])
     return g
 
 
@@ -184,6 +207,17 @@ def _flash_on_cuda(q: "torch.Tensor", g: Geometry) -> bool:
     # is_causal align it to the top left, as the efficient kernel does
     square = not g.causal or g.seq_q == g.seq_kv
     return q.device.type == "cuda" and q.dtype in (torch.float16, torch.bfloat16) and g.head_dim <= 256 and square
+
+
+def dispatched_forward(views: list["torch.Tensor"], g: Geometry) -> "torch.Tensor":
+    """The attention output through ``scaled_dot_product_attention`` itself: PyTorch picks the
+    backend (cuDNN, flash, efficient) the way it did for the model that recorded the row."""
+    import torch
+
+    q, k, v = views
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=g.causal, scale=g.scale, enable_gqa=g.group > 1
+    )
 
 
 def fused_forward(views: list["torch.Tensor"], g: Geometry) -> tuple["torch.Tensor", ...]:

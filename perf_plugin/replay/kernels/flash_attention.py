@@ -44,6 +44,7 @@ efficient_attention,cudnn_attention}_backward``) become grad rows likewise.  Sca
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,7 @@ from perf_plugin.replay.kernels._flash_attention_math import (
     STATS_WIDTH,
     backward_aux,
     compressed_mask,
+    dispatched_forward,
     float64_copies,
     forward_geometry,
     fused_backward,
@@ -69,6 +71,7 @@ from perf_plugin.replay.kernels._flash_attention_math import (
     grad_geometry,
     math_backward,
     math_forward,
+    records_stats,
 )
 
 
@@ -92,7 +95,9 @@ def _row(q: Tensor, k: Tensor, causal: bool, grad: bool) -> MappedOp:
         inputs = (qs, ks, ks, qs, mask, stats, stats, none, qs, Slot(None, "INT64")) + (Slot(None, "FLOAT"),) * 5
         return MappedOp("FlashAttentionScoreGrad", inputs, (qs, ks, ks, none, none, none))
     inputs = (qs, ks, ks, none, Slot(None, "UINT8"), none, mask, *(Slot(None, "INT64"),) * 5, *(Slot(None, "FLOAT"),) * 3)
-    return MappedOp("FlashAttentionScore", inputs, (stats, stats, none, qs))
+    # SDPA returns the model attention_out alone: the stats slots stay empty (no kernel wrote them)
+    no_stats = Slot(None, "FLOAT")
+    return MappedOp("FlashAttentionScore", inputs, (no_stats, no_stats, none, qs))
 
 
 def _trace_sdpa(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
@@ -135,26 +140,35 @@ class FlashAttentionScoreReplay(_AttentionReplay):
         q, k, v = (self.random(spec, device, generator) for spec in row.inputs[:3])
         # softmax_sum of the (lse, 1) pair, made once so that run launches no kernel for it
         ones = torch.ones(1, 1, 1, 1, device=device).expand(g.batch, g.heads, g.seq_q, STATS_WIDTH)
+        if not records_stats(row):
+            ones = None
         # on an NPU the outputs are the kernel's own (max, sum) pair: the reference gives that one
         return q, k, v, compressed_mask(device) if g.causal else None, ones, device.type == "npu", g
 
     def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
-        q, k, v, mask, _, _, g = args
+        q, k, v, mask, ones, _, g = args
         return self.api_call(
             q, k, v, g.heads, g.layout, atten_mask=mask, scale=g.scale, keep_prob=1.0, sparse_mode=g.sparse_mode,
-            select=(1, 2, 0),
+            select=(1, 2, 0) if ones is not None else (0,),
         )  # fmt: skip
 
-    def run(self, *args: Any) -> tuple["torch.Tensor", ...]:
+    def expected_outputs(self, row: KernelRow) -> Sequence[TensorSpec]:
+        return row.present_outputs  # attention_out alone for a row from a PyTorch trace
+
+    def run(self, *args: Any) -> "tuple[torch.Tensor, ...] | torch.Tensor":
         q, k, v, _, ones, _, g = args
+        if ones is None:  # no stats recorded: the model's own SDPA dispatch, attention_out alone
+            return dispatched_forward(g.views(q, k, v), g)
         out, lse = fused_forward(g.views(q, k, v), g)
         return lse.unsqueeze(-1).expand(ones.shape), ones, g.from_bnsd(out)
 
-    def reference(self, *args: Any) -> tuple["torch.Tensor", ...]:
+    def reference(self, *args: Any) -> "tuple[torch.Tensor, ...] | torch.Tensor":
         import torch
 
         q, k, v, _, ones, true_stats, g = args
         out, peak, total = math_forward(g.views(*float64_copies(q, k, v)), g)
+        if ones is None:
+            return out
         if true_stats:
             return peak.expand(ones.shape), total.expand(ones.shape), g.from_bnsd(out)
         return (peak + total.log()).expand(ones.shape), torch.ones(ones.shape, dtype=torch.float64), g.from_bnsd(out)
