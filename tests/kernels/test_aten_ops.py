@@ -130,3 +130,17 @@ def test_zero_dimensional_tensors_are_empty_shapes_with_a_dtype(tmp_path: Path) 
     assert (total["Output Shapes"], total["Output Data Types"]) == ("", "FLOAT")
     outputs, _ = replay_on_cpu("aten.sum", total)
     assert outputs.dim() == 0
+
+
+def test_fp8_gemms_replay_with_a_float64_reference() -> None:
+    """A row as ingest writes it from an H100 trace of an FP8 linear layer (scales 0-d float32,
+    the weight column-major); the reference needs no FP8 GEMM on the CPU."""
+    cells = {
+        "Input Shapes": '"64,128;128,32;;"', "Input Data Types": "FLOAT8_E4M3FN;FLOAT8_E4M3FN;FLOAT;FLOAT",
+        "Output Shapes": '"64,32"', "Output Data Types": "DT_BF16", "Input Strides": '"128,1;1,128;;"',
+        OP_ARGUMENTS: '{"overload":"default","args":[{"tensor":0},{"tensor":1},{"tensor":2},{"tensor":3},null,null,15,false]}',
+    }
+    replay = get_replay("aten._scaled_mm")
+    assert type(replay).__name__ == "ScaledMmReplay"
+    outputs, reference = replay_on_cpu("aten._scaled_mm", cells)
+    assert outputs.dtype == torch.bfloat16 and reference.dtype == torch.float64

@@ -159,3 +159,25 @@ def _float64_copy(value: Any) -> Any:
         return None
     copy = value.detach().to("cpu")
     return copy.double() if copy.is_floating_point() else copy.clone()
+
+
+class ScaledMmReplay(AtenOpReplay):
+    """``aten._scaled_mm`` (FP8 GEMMs): the generic replay, with a float64 reference.
+
+    The CPU has no fast FP8 GEMM (its implementation takes minutes on a prefill-sized product),
+    and float8 values convert to float64 exactly, so the reference is the product of the float64
+    operands times both scales (plus the bias), which is what the kernel computes before rounding
+    to its output dtype.
+    """
+
+    kernel_types = ("aten._scaled_mm",)
+    kernel_type_prefixes = ()
+
+    def reference(self, name: str, overload: str, template: Sequence[Any], tensors: Sequence[Any], device: Any) -> Any:
+        def operand(position: int) -> Any:
+            value = template[position] if position < len(template) else None
+            return _all_float64(tensors[int(value["tensor"])]) if isinstance(value, dict) else None
+
+        a, b, scale_a, scale_b, bias = (operand(i) for i in range(5))
+        product = (a @ b) * scale_a * scale_b
+        return product if bias is None else product + bias
