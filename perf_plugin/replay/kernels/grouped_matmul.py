@@ -165,9 +165,13 @@ class GroupedMatmulReplay(OpReplay):
             # scales sized like real ones (~1/127 of the data range) keep FLOAT16 outputs finite
             scale = self.random(row.inputs[3], device, generator).abs_().div_(127 * math.sqrt(p.k))
             pts = self.random(row.inputs[8], device, generator).abs_().div_(127)
+        elif row.inputs[1].strides is not None:
+            # a trace recorded the weight's strides (an [E,N,K] parameter read as [E,K,N]): the
+            # GEMM kernel depends on that layout, so the replay reads the very same one
+            x, w = self.random(row.inputs[0], device, generator), self.random(row.inputs[1], device, generator)
         else:
             x, w = self.random(row.inputs[0], device, generator), self.random(spec, device, generator)
-        if p.transposed:
+        if p.transposed and row.inputs[1].strides is None:
             w = w.transpose(1, 2)
         gemm = ("FLOAT" if p.quant else row.inputs[0].dtype, p.k, p.n)  # int8 GEMMs run in float32
         group_list, offsets, groups, rows = draw_groups(p.m, p.experts, gemm, device, generator)
