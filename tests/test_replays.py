@@ -314,6 +314,7 @@ def test_matmul_operands_keep_the_recorded_layout(kernel_type: str, cells: dict[
     [
         ('"4096,1024;4096,1024"|"4096,4096"', "NT"),
         ('"4096,4096;4096,1024"|"4096,1024"', "NN"),  # TN fits too: A as [M,K] is preferred
+        ('"512,4096;4096,4096"|"512,4096"', "NT"),  # NN fits too: B as a linear layer's [N,K] is preferred
         ('"4096,1024;4096,2048"|"1024,2048"', "TN"),
         ('"128,64;32,128"|"64,32"', "TT"),
         ('"32,4096;1000,4096;1000"|"32,1000"', "NT"),
@@ -547,7 +548,7 @@ class _ForgetsToCopy(TensorMoveReplay):
 
 
 class _TransposedWeight(MatMulReplay):
-    """Reads B as if it were stored [N,K] when the row says [K,N]."""
+    """Reads B transposed from the layout the replay built it in."""
 
     kernel_types = ()
 
@@ -578,7 +579,7 @@ def test_an_unwritten_output_fails_exact_verification() -> None:
 
 def test_a_wrong_layout_fails_verification() -> None:
     row = _hand_row('MatMulV2,"""64,32;32,32""",FLOAT;FLOAT,ND;ND,"""64,32""",FLOAT,ND')
-    assert MatMulReplay().layout(row).name == "NN"
+    assert MatMulReplay().layout(row).name == "NT"  # square B: a linear layer's [N,K]
     outputs, references = _run_pair(_TransposedWeight(), MatMulReplay(), row)
     with pytest.raises(VerificationError, match="relative error"):
         verify_outputs(MatMulReplay(), row, outputs, references)

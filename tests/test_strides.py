@@ -55,3 +55,20 @@ def test_strides_that_do_not_fit_the_shape_are_named() -> None:
              "Output Data Types": "FLOAT", INPUT_STRIDES: '"1"'}
     with pytest.raises(DatabaseError, match=r"column 'Input Strides': slot 0 strides \[1\] do not match its shape"):
         kernel_row_from_cells("Add", cells)
+
+
+def test_a_gemm_on_a_transposed_view_reads_it_in_place(tmp_path: Path) -> None:
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        torch.mm(x, w.t())
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    ingest_path(tmp_path / "trace.json", tmp_path / "db")
+    with (tmp_path / "db" / "MatMulV2.csv").open(newline="") as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert (row["Input Shapes"], row[INPUT_STRIDES]) == ('"8,16;16,16"', '"16,1;1,16"')
+    replay = get_replay("MatMulV2")
+    kernel_row = kernel_row_from_cells("MatMulV2", row)
+    assert replay.layout(kernel_row).name == "NN"  # the strides say how B is stored: no transpose on top
+    a, b = replay.make_inputs(kernel_row, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert b.stride() == (1, 16)
+    replay_on_cpu("MatMulV2", row)
