@@ -1,0 +1,343 @@
+"""How much of a real model's kernel time the database measures, and how faithfully.
+
+For each model (decoder architectures from ``transformers``, built from their configurations
+with random weights, no download): profile a prefill and decode steps with ``torch.profiler``,
+ingest the trace into a fresh database (``perfdb ingest``'s pipeline), replay it with
+``pytest bench``, and report
+
+* coverage: the share of the trace's device kernel time that lands in rows which replay and
+  pass (the denominator also holds the kernels launched outside any operator and the rows that
+  could not replay);
+* fidelity: for the rows that replay, replayed over in-model duration (``Average Duration(us)``
+  over ``Profiling Average Duration(us)``), the share of rows and of kernel time within
+  [0.9, 1.1], once per ``--cache-modes`` entry (the same database replayed in each mode).
+
+Models (``--models``): ``llama`` (Llama-3.1-8B dimensions, SDPA attention), ``qwen3-moe``
+(Qwen3-30B-A3B dimensions: 128 experts, top-8), ``llama-fp8`` (the Llama model with every
+linear layer an FP8 GEMM through ``torch._scaled_mm``, per-tensor scales; CUDA only), each with
+``--layers`` decoder layers.
+
+Prerequisites: torch with CUDA (or ``--device cpu --tiny`` for a quick check of the script),
+``transformers`` (5.x), this project installed (``pip install -e .``).
+
+    python benchmarks/model_coverage.py --device cuda --out OUTDIR
+    python benchmarks/model_coverage.py --device cpu --tiny --models llama --out /tmp/mc
+
+Expected output: one table per model (kernel type, rows, replayed, profiled time share, median
+ratio) and a summary line per model, then ``OUTDIR/model_coverage.json`` with every row's
+durations.  The databases stay under ``OUTDIR/<model>/db`` (re-run ``pytest bench`` on them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BAND = (0.9, 1.1)
+
+
+@dataclass
+class RowOutcome:
+    kernel_type: str
+    line: int
+    profiled_us: float  # average in the model
+    count: int
+    replayed_us: float | None
+
+    @property
+    def total_us(self) -> float:
+        return self.profiled_us * self.count
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.replayed_us is None or self.profiled_us <= 0 else self.replayed_us / self.profiled_us
+
+
+@dataclass
+class ModelReport:
+    model: str
+    trace_kernel_us: float = 0.0  # every device kernel of the profiled steps
+    unattributed_us: float = 0.0
+    rows: list[RowOutcome] = field(default_factory=list)
+    replay_seconds: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        passed = [r for r in self.rows if r.replayed_us is not None]
+        passed_us = sum(r.total_us for r in passed)
+        inside = [r for r in passed if r.ratio is not None and BAND[0] <= r.ratio <= BAND[1]]
+        return {
+            "model": self.model,
+            "rows": len(self.rows),
+            "rows_passed": len(passed),
+            "trace_kernel_us": round(self.trace_kernel_us, 1),
+            "coverage_time": passed_us / self.trace_kernel_us if self.trace_kernel_us else 0.0,
+            "fidelity_rows": len(inside) / len(passed) if passed else 0.0,
+            "fidelity_time": sum(r.total_us for r in inside) / passed_us if passed_us else 0.0,
+            "replay_seconds": round(self.replay_seconds, 1),
+        }
+
+
+# ----------------------------------------------------------------------------- models
+def llama_config(tiny: bool) -> Any:
+    from transformers import LlamaConfig
+
+    if tiny:
+        return LlamaConfig(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+                           head_dim=64, vocab_size=1024, num_hidden_layers=1)
+    return LlamaConfig(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                       head_dim=128, vocab_size=128256, rope_theta=500000.0)
+
+
+def qwen3_moe_config(tiny: bool) -> Any:
+    from transformers import Qwen3MoeConfig
+
+    if tiny:
+        return Qwen3MoeConfig(hidden_size=256, moe_intermediate_size=128, intermediate_size=512, num_attention_heads=4,
+                              num_key_value_heads=2, head_dim=64, vocab_size=1024, num_experts=8, num_experts_per_tok=2,
+                              num_hidden_layers=1, decoder_sparse_step=1, mlp_only_layers=[])
+    return Qwen3MoeConfig(hidden_size=2048, moe_intermediate_size=768, intermediate_size=6144, num_attention_heads=32,
+                          num_key_value_heads=4, head_dim=128, vocab_size=151936, num_experts=128,
+                          num_experts_per_tok=8, decoder_sparse_step=1, mlp_only_layers=[])
+
+
+class Fp8Linear:
+    """A linear layer whose GEMM is FP8 (e4m3) with per-tensor scales, as FP8 serving runs it."""
+
+    def __init__(self, linear: Any) -> None:
+        import torch
+
+        weight = linear.weight.detach().float()
+        self.weight_scale = (weight.abs().amax() / 448.0).clamp(min=1e-12).reshape(())
+        # _scaled_mm wants the second operand column-major: keep the transposed view of [N,K]
+        self.weight = (weight / self.weight_scale).to(torch.float8_e4m3fn).t()
+        self.bias = linear.bias
+
+    def __call__(self, x: Any) -> Any:
+        import torch
+
+        flat = x.reshape(-1, x.shape[-1])
+        scale = (flat.abs().amax().float() / 448.0).clamp(min=1e-12)
+        quantized = (flat / scale).to(torch.float8_e4m3fn)
+        out = torch._scaled_mm(quantized, self.weight, scale_a=scale, scale_b=self.weight_scale, out_dtype=x.dtype)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def to_fp8_linears(model: Any) -> None:
+    import torch
+
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear) and name != "lm_head":
+                wrapper = Fp8Linear(child)
+                setattr(module, name, _as_module(wrapper))
+
+
+def _as_module(function: Any) -> Any:
+    import torch
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.function = function
+
+        def forward(self, x: Any) -> Any:
+            return self.function(x)
+
+    return Wrapped()
+
+
+def build_model(name: str, layers: int, device: str, tiny: bool) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = qwen3_moe_config(tiny) if name == "qwen3-moe" else llama_config(tiny)
+    config.num_hidden_layers = layers
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device(device):  # initialised where it runs: random weights of billions of parameters
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    if name == "llama-fp8":
+        to_fp8_linears(model)
+    return model
+
+
+# ----------------------------------------------------------------------------- profile and ingest
+def run_steps(model: Any, device: str, tokens: int, decode_steps: int) -> None:
+    import torch
+    from transformers import DynamicCache
+
+    ids = torch.randint(0, model.config.vocab_size, (1, tokens), device=device)
+    cache = DynamicCache()
+    with torch.no_grad():
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+        token = out.logits[:, -1:].argmax(-1)
+        for _ in range(decode_steps):
+            out = model(input_ids=token, past_key_values=cache, use_cache=True)
+            token = out.logits[:, -1:].argmax(-1)
+
+
+def profile_model(model: Any, device: str, tokens: int, decode_steps: int, trace: Path) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    run_steps(model, device, tokens, decode_steps)  # warm-up: allocator, kernels chosen, caches
+    if device == "cuda":
+        torch.cuda.synchronize()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities, record_shapes=True) as prof:
+        run_steps(model, device, tokens, decode_steps)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    prof.export_chrome_trace(str(trace))
+
+
+def trace_kernel_us(trace: Path) -> float:
+    """Every device kernel's time in the trace (memcpy and memset too, as ingest counts them)."""
+    document = json.loads(trace.read_text())
+    categories = {"kernel", "gpu_memcpy", "gpu_memset"}
+    return sum(float(e.get("dur", 0)) for e in document.get("traceEvents", []) if e.get("cat") in categories)
+
+
+def replay(db: Path, device: str, repeats: int, warmup: int, cache_mode: str) -> float:
+    started = time.perf_counter()
+    command = [sys.executable, "-m", "pytest", str(ROOT / "bench" / "test_kernels.py"), "--database-path", str(db),
+               "--backend", device, "--repeat-count", str(repeats), "--warmup-count", str(warmup),
+               "--cache-mode", cache_mode, "-p", "no:cacheprovider", "-q", "--no-header", "-p", "no:randomly"]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    tail = completed.stdout.strip().splitlines()[-3:]
+    print(f"  pytest bench (exit {completed.returncode}):", " | ".join(tail))
+    if completed.returncode not in (0, 1):
+        print("\n".join((completed.stdout + completed.stderr).strip().splitlines()[-25:]))
+    return time.perf_counter() - started
+
+
+def passed_rows(db: Path) -> set[tuple[str, int]]:
+    reports = sorted((db / "reports").glob("run_report_*.json"))
+    if not reports:
+        return set()
+    results = json.loads(reports[-1].read_text())["results"]
+    return {(r["csv_file"], int(r["row_line"])) for r in results if r["outcome"] == "passed" and r["row_line"]}
+
+
+def collect_rows(db: Path) -> list[RowOutcome]:
+    passed = passed_rows(db)
+    rows = []
+    for path in sorted(db.glob("*.csv")):
+        if path.name.endswith(".quarantine.csv"):
+            continue
+        with path.open(newline="") as handle:
+            for line, cells in enumerate(csv.DictReader(handle), start=2):
+                profiled = float(cells.get("Profiling Average Duration(us)") or 0.0)
+                count = int(float(cells.get("Profiling Count") or 1))
+                replayed = cells.get("Average Duration(us)") or ""
+                ok = (path.name, line) in passed and replayed != ""
+                rows.append(RowOutcome(path.stem, line, profiled, count, float(replayed) if ok else None))
+    return rows
+
+
+def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
+    """Profile the model, then ingest and replay its trace (``replay_trace``)."""
+    out = Path(args.out) / name
+    out.mkdir(parents=True, exist_ok=True)
+    trace = out / "trace.json"
+    model = build_model(name, args.layers, args.device, args.tiny)
+    profile_model(model, args.device, args.tokens, args.decode_steps, trace)
+    del model
+    return replay_trace(name, trace, out, args)
+
+
+def replay_trace(name: str, trace: Path, out: Path, args: argparse.Namespace) -> list[ModelReport]:
+    """One report per cache mode: the trace ingested once, the database replayed in each mode."""
+    import shutil
+
+    from perf_plugin.ingest.pipeline import ingest_path
+
+    ingested = ingest_path(trace, out / "ingested")
+    total = trace_kernel_us(trace) if args.device == "cuda" else sum(r.average * r.count for r in ingested.rows)
+    reports = []
+    for mode in args.cache_modes.split(","):
+        db = out / f"db_{mode}"
+        shutil.copytree(out / "ingested", db, dirs_exist_ok=True)
+        report = ModelReport(f"{name}/{mode}", trace_kernel_us=total)
+        report.replay_seconds = replay(db, args.device, args.repeats, args.warmup, mode)
+        report.rows = collect_rows(db)
+        reports.append(report)
+    return reports
+
+
+def print_report(report: ModelReport) -> None:
+    by_type: dict[str, list[RowOutcome]] = {}
+    for row in report.rows:
+        by_type.setdefault(row.kernel_type, []).append(row)
+    total = report.trace_kernel_us or 1.0
+    print(f"\n{report.model}: {'kernel type':<34} {'rows':>4} {'passed':>6} {'time %':>7} {'median ratio':>12}")
+    for kernel_type, rows in sorted(by_type.items(), key=lambda kv: -sum(r.total_us for r in kv[1])):
+        ratios = [r.ratio for r in rows if r.ratio is not None]
+        median = f"{statistics.median(ratios):.3f}" if ratios else "-"
+        share = 100 * sum(r.total_us for r in rows) / total
+        passed = sum(1 for r in rows if r.replayed_us is not None)
+        print(f"{'':<{len(report.model) + 2}}{kernel_type:<34} {len(rows):>4} {passed:>6} {share:>6.2f}% {median:>12}")
+    s = report.summary()
+    print(
+        f"{report.model}: coverage {100 * s['coverage_time']:.1f}% of kernel time ({s['rows_passed']}/{s['rows']} rows); "
+        f"fidelity within {BAND}: {100 * s['fidelity_time']:.1f}% of replayed time, {100 * s['fidelity_rows']:.1f}% of rows"
+    )
+
+
+def planned_runs(args: argparse.Namespace) -> list[tuple[str, Callable[[], list[ModelReport]]]]:
+    """(name, run) per model to profile, or per ``--traces`` file (named after its folder)."""
+    if not args.traces:
+        return [(name, functools.partial(measure, name, args)) for name in args.models.split(",")]
+    runs: list[tuple[str, Callable[[], list[ModelReport]]]] = []
+    for trace in map(Path, args.traces.split(",")):
+        name = trace.parent.name or trace.stem
+        runs.append((name, functools.partial(replay_trace, name, trace, Path(args.out) / name, args)))
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="llama,qwen3-moe,llama-fp8")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=512, help="prefill tokens")
+    parser.add_argument("--decode-steps", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--tiny", action="store_true", help="small dimensions, for checking the script on a CPU")
+    parser.add_argument("--cache-modes", default="auto", help="replay the database once per cache mode (comma list)")
+    parser.add_argument("--traces", help="replay these trace files (comma list) instead of profiling --models")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    reports = []
+    for name, run in planned_runs(args):
+        if name == "llama-fp8" and args.device != "cuda":
+            print("llama-fp8: skipped (FP8 GEMMs need CUDA)")
+            continue
+        for report in run():
+            reports.append(report)
+            print_report(report)
+    document = {
+        "summary": [r.summary() for r in reports],
+        "rows": {r.model: [vars(row) for row in r.rows] for r in reports},
+        "settings": vars(args),
+    }
+    (Path(args.out) / "model_coverage.json").write_text(json.dumps(document, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
