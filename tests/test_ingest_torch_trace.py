@@ -20,12 +20,12 @@ from perf_plugin.database.errors import DatabaseError  # noqa: E402
 from perf_plugin.database.schema import format_number  # noqa: E402
 from perf_plugin.trace.args import Tensor, broadcast, concrete_value, promote  # noqa: E402
 from perf_plugin.ingest.pipeline import ingest_path, ingest_profiler  # noqa: E402
+from perf_plugin.ingest import torch_trace  # noqa: E402
 from perf_plugin.ingest.torch_trace import read_live_profiler, read_trace_file  # noqa: E402
 from perf_plugin.replay.tensors import kernel_row_from_cells  # noqa: E402
 
 ITERATIONS = 3
 # Live events expose the dims of tensor lists (cat's inputs) in newer releases (2.13 does, 2.11 not).
-LIVE_LIST_SHAPES = hasattr(torch._C._autograd._KinetoEvent, "structured_input_shapes")
 
 
 class Tiny(torch.nn.Module):
@@ -191,15 +191,35 @@ def test_live_profiler_equals_exported_trace(cpu_profile: tuple[Any, Path]) -> N
     assert not summary.device_trace
     from_file_rows = ingest_path(path, None).rows
     live_rows = ingest_profiler(prof, None).rows
-    if not LIVE_LIST_SHAPES:
-        from_file_rows = [r for r in from_file_rows if r.kernel_type != "ConcatD"]
-        live_rows = [r for r in live_rows if r.kernel_type != "aten.cat"]
     assert [(r.kernel_type, dict(r.cells), r.count) for r in live_rows] == [
         (r.kernel_type, dict(r.cells), r.count) for r in from_file_rows
     ]
     for a, b in zip(live_rows, from_file_rows):
         assert a.average == pytest.approx(b.average, abs=1e-3)  # the file keeps nanoseconds
     assert len(live.frame) == len(from_file.frame)
+
+
+def test_a_torch_whose_live_events_lack_strides_reads_the_exported_trace(
+    cpu_profile: tuple[Any, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, path = cpu_profile
+    monkeypatch.setattr(torch_trace, "live_events_record_strides", lambda: False)
+    live_rows = ingest_profiler(profile_model("cpu"), None).rows
+    strided = [r for r in live_rows if r.cells.get("Input Strides")]
+    assert strided  # the transposed operand of the batched matmul keeps its strides
+    assert [(r.kernel_type, dict(r.cells)) for r in live_rows] == [
+        (r.kernel_type, dict(r.cells)) for r in ingest_path(path, None).rows
+    ]
+
+
+def test_an_exported_profile_without_live_strides_is_read_live_with_a_warning(
+    cpu_profile: tuple[Any, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prof, _ = cpu_profile  # already exported by the fixture
+    monkeypatch.setattr(torch_trace, "live_events_record_strides", lambda: False)
+    with pytest.warns(UserWarning, match="ingest the exported trace file"):
+        live_rows = ingest_profiler(prof, None).rows
+    assert {r.kernel_type for r in live_rows} >= {"MatMulV2", "BatchMatMulV2"}
 
 
 def test_ingest_profiler_writes_a_database(cpu_profile: tuple[Any, Path], tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ key a database row on.
 
 from __future__ import annotations
 
+import tempfile
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,9 +30,13 @@ from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.schema import DETAIL_COLUMNS, IDENTITY_COLUMNS
 from perf_plugin.ingest import columns as col
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
-from perf_plugin.ingest.profile_table import ProfileTable
 from perf_plugin.ingest.list_dtypes import READERS_LOOKED_AT, resolve_cat_dtypes
-from perf_plugin.ingest.trace_attribution import OpSample, attribute, is_communication_op
+from perf_plugin.ingest.profile_table import ProfileTable
+from perf_plugin.ingest.trace_attribution import (
+    OpSample,
+    attribute,
+    is_communication_op,
+)
 from perf_plugin.ingest.trace_events import read_chrome_trace, read_profiler
 from perf_plugin.trace.events import TraceData
 
@@ -133,6 +139,33 @@ def read_trace_file(path: str | Path) -> tuple[ProfileTable, TraceSummary]:
     return trace_samples(read_chrome_trace(path))
 
 
+def live_events_record_strides() -> bool:
+    """Whether this torch's profiler events carry input strides and the shapes of tensor lists
+    (``structured_input_strides``, newer releases); its exported traces always do."""
+    import torch
+
+    return hasattr(torch._C._autograd._KinetoEvent, "structured_input_strides")
+
+
 def read_live_profiler(profiler: Any) -> tuple[ProfileTable, TraceSummary]:
-    return trace_samples(read_profiler(profiler))
+    """The samples of a finished profiler, the same as those of its exported trace.
+
+    Where the live events lack strides (torch releases before ``structured_input_strides``), the
+    profile is read through an exported trace instead: read live, a transposed operand would
+    become a contiguous row and replay another kernel than the model ran.
+    """
+    if live_events_record_strides():
+        return trace_samples(read_profiler(profiler))
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "trace.json"
+        try:
+            profiler.export_chrome_trace(str(path))
+        except RuntimeError:  # a profile exports once ("Trace is already saved")
+            warnings.warn(
+                "this torch's profiler events record no strides and the profile was already "
+                "exported: ingest the exported trace file to keep them (rows read now are contiguous)",
+                stacklevel=3,
+            )
+            return trace_samples(read_profiler(profiler))
+        return read_trace_file(path)
 
