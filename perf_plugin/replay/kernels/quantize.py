@@ -43,9 +43,11 @@ Shape = tuple[int, ...]
 HALF_DTYPES = frozenset({"FLOAT16", "FP16", "HALF", "BF16", "BFLOAT16"})
 QUANT_INPUT_DTYPES = HALF_DTYPES | {"FLOAT", "FLOAT32", "FP32"}
 INT8_MAX = 127.0
-# |x * scale| reaches 1.5 * 1.5 * 64 = 144: most values land inside int8, a few saturate,
-# so both the rounding and the clamp are exercised by every case.
-STATIC_SCALE_MAGNITUDE = 64.0
+# Scales have magnitudes in [0.9, 1.1] * 100 and |x| is in [0.5, 1.5], so |x * scale| spans
+# [45, 165]: whatever the draw, even one per-tensor scale, most values land inside int8 and
+# 8-34 % saturate, so both the rounding and the clamp are exercised by every case.
+STATIC_SCALE_MAGNITUDE = 100.0
+STATIC_SCALE_SPREAD = 0.2  # of the random draw's [0.5, 1.5] magnitudes: [0.9, 1.1]
 OFFSET_MAGNITUDE = 4.0
 
 
@@ -134,7 +136,10 @@ class AscendQuantV2Replay(OpReplay):
         x_spec, scale_spec, offset_spec = self._slots(row)
         assert x_spec.shape is not None and scale_spec.shape is not None
         x = self.random(x_spec, device, generator)
-        scale = self.random(scale_spec, device, generator).mul_(STATIC_SCALE_MAGNITUDE)
+        drawn = self.random(scale_spec, device, generator)
+        # magnitudes 1 + (|s| - 1) * spread, signs kept
+        scale = drawn.mul(STATIC_SCALE_SPREAD).add_(drawn.sign(), alpha=1 - STATIC_SCALE_SPREAD)
+        scale.mul_(STATIC_SCALE_MAGNITUDE)
         offset = None
         if offset_spec is not None:
             offset = self.random(offset_spec, device, generator).mul_(OFFSET_MAGNITUDE)
