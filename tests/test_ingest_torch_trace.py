@@ -184,6 +184,10 @@ def test_views_and_allocations_are_not_rows(cpu_profile: tuple[Any, Path]) -> No
         assert view not in types
 
 
+@pytest.mark.skipif(
+    not torch_trace.live_events_record_strides(),
+    reason="this torch's live events record no strides: its profiles are read through an export (next test)",
+)
 def test_live_profiler_equals_exported_trace(cpu_profile: tuple[Any, Path]) -> None:
     prof, path = cpu_profile
     from_file, _ = read_trace_file(path)
