@@ -54,6 +54,7 @@ class RowOutcome:
     profiled_us: float  # average in the model
     count: int
     replayed_us: float | None
+    kernels_differ: bool = False  # the replay launched other kernels than the model (Profiling Kernels)
 
     @property
     def total_us(self) -> float:
@@ -84,6 +85,8 @@ class ModelReport:
             "coverage_time": passed_us / self.trace_kernel_us if self.trace_kernel_us else 0.0,
             "fidelity_rows": len(inside) / len(passed) if passed else 0.0,
             "fidelity_time": sum(r.total_us for r in inside) / passed_us if passed_us else 0.0,
+            "other_kernels_rows": sum(1 for r in passed if r.kernels_differ),
+            "other_kernels_time": sum(r.total_us for r in passed if r.kernels_differ) / passed_us if passed_us else 0.0,
             "replay_seconds": round(self.replay_seconds, 1),
         }
 
@@ -233,6 +236,8 @@ def passed_rows(db: Path) -> set[tuple[str, int]]:
 
 
 def collect_rows(db: Path) -> list[RowOutcome]:
+    from perf_plugin.database.kernel_breakdown import kernel_difference
+
     passed = passed_rows(db)
     rows = []
     for path in sorted(db.glob("*.csv")):
@@ -244,7 +249,10 @@ def collect_rows(db: Path) -> list[RowOutcome]:
                 count = int(float(cells.get("Profiling Count") or 1))
                 replayed = cells.get("Average Duration(us)") or ""
                 ok = (path.name, line) in passed and replayed != ""
-                rows.append(RowOutcome(path.stem, line, profiled, count, float(replayed) if ok else None))
+                differ = ok and kernel_difference(
+                    cells.get("Profiling Kernels", ""), cells.get("MicroBench Kernels", "")
+                ) is not None
+                rows.append(RowOutcome(path.stem, line, profiled, count, float(replayed) if ok else None, differ))
     return rows
 
 
@@ -293,7 +301,8 @@ def print_report(report: ModelReport) -> None:
     s = report.summary()
     print(
         f"{report.model}: coverage {100 * s['coverage_time']:.1f}% of kernel time ({s['rows_passed']}/{s['rows']} rows); "
-        f"fidelity within {BAND}: {100 * s['fidelity_time']:.1f}% of replayed time, {100 * s['fidelity_rows']:.1f}% of rows"
+        f"fidelity within {BAND}: {100 * s['fidelity_time']:.1f}% of replayed time, {100 * s['fidelity_rows']:.1f}% of rows; "
+        f"other kernels than the model: {s['other_kernels_rows']} rows, {100 * s['other_kernels_time']:.1f}% of replayed time"
     )
 
 

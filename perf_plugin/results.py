@@ -14,6 +14,8 @@ import statistics
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from perf_plugin.database.kernel_breakdown import KernelDifference, kernel_difference
+
 OUTCOME_PASSED = "passed"
 OUTCOME_FAILED = "failed"
 OUTCOME_SKIPPED = "skipped"
@@ -42,7 +44,7 @@ class CaseRef:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "CaseRef":
+    def from_json(cls, data: dict[str, Any]) -> CaseRef:
         line = data.get("row_line")
         return cls(
             str(data["case_id"]),
@@ -96,7 +98,7 @@ class CaseResult:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "CaseResult":
+    def from_json(cls, data: dict[str, Any]) -> CaseResult:
         values = dict(data)
         values["ref"] = CaseRef.from_json(values["ref"])
         values["samples_us"] = tuple(values.get("samples_us", ()))
@@ -120,7 +122,7 @@ class SampleStats:
     count: int
 
     @classmethod
-    def of(cls, samples: tuple[float, ...] | list[float]) -> "SampleStats":
+    def of(cls, samples: tuple[float, ...] | list[float]) -> SampleStats:
         values = list(samples)
         if not values:
             raise ValueError("no samples")
@@ -157,13 +159,22 @@ class FileWriteback:
 
 @dataclass
 class GapRow:
-    """Microbench vs profiling duration of one row, for the gap report."""
+    """Microbench vs profiling duration of one row, for the gap report, and the kernels each
+    side launched where both were recorded on one kind of device (``Profiling Kernels`` and
+    ``MicroBench Kernels``; empty otherwise)."""
 
     csv_file: str
     row_line: int | None
     signature_key: str
     microbench_us: float | None
     profiling_us: float | None
+    profiled_kernels: str = ""
+    replayed_kernels: str = ""
+
+    @property
+    def kernel_difference(self) -> KernelDifference | None:
+        """The kernels only one side launched (None: the same, or nothing to compare)."""
+        return kernel_difference(self.profiled_kernels, self.replayed_kernels)
 
     @property
     def ratio(self) -> float | None:

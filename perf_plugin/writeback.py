@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from perf_plugin.database.kernel_breakdown import format_breakdown
 from perf_plugin.database.lock import database_lock
 from perf_plugin.database.schema import (
     IDENTITY_COLUMNS,
@@ -34,6 +35,7 @@ from perf_plugin.database.schema import (
     MICROBENCH_STD,
     MICROBENCH_TIMESTAMP,
     PROFILING_AVERAGE,
+    PROFILING_KERNELS,
     ROW_ORIGIN,
     ensure_added_columns,
     ensure_microbench_average_column,
@@ -45,7 +47,13 @@ from perf_plugin.database.schema import (
 from perf_plugin.database.signature import signature_text
 from perf_plugin.database.table import CsvTable
 from perf_plugin.replay.registry import signature_of
-from perf_plugin.results import FileWriteback, GapRow, QuarantinedRow, CaseResult, SampleStats
+from perf_plugin.results import (
+    CaseResult,
+    FileWriteback,
+    GapRow,
+    QuarantinedRow,
+    SampleStats,
+)
 
 QUARANTINE_SUFFIX = ".quarantine.csv"
 QUARANTINE_REASON = "Quarantine Reason"
@@ -82,11 +90,18 @@ def _write_measurement(table: CsvTable, row: int, result: CaseResult, timestamp:
     table.set(row, MICROBENCH_SAMPLES, str(stats.count))
     table.set(row, MICROBENCH_BACKEND, result.backend)
     table.set(row, MICROBENCH_TIMESTAMP, timestamp)
-    breakdown = ";".join(f"{k.name}={format_number(k.mean_us)}" for k in result.kernels[:8])
-    table.set(row, MICROBENCH_KERNELS, breakdown)
+    table.set(row, MICROBENCH_KERNELS, format_breakdown((k.name, k.mean_us) for k in result.kernels))
     for counter, value in result.counters.items():
         column = ensure_microbench_counter_column(table, counter)
         table.set(row, column, format_number(value))
+
+
+def _comparable_kernels(table: CsvTable, row: int) -> tuple[str, str]:
+    """(profiled, replayed) kernel breakdowns of a row, where both ran on one kind of device: a
+    CUDA profile's kernels say nothing about a CPU replay's operators."""
+    profiled = table.get(row, PROFILING_KERNELS)
+    same_device = table.get(row, "Accelerator Core").strip().lower() == table.get(row, MICROBENCH_BACKEND).lower()
+    return (profiled, table.get(row, MICROBENCH_KERNELS)) if profiled and same_device else ("", "")
 
 
 def _prepare_columns(table: CsvTable) -> None:
@@ -205,6 +220,7 @@ def _write_file(
             row_key(i),
             parse_duration(table.get(i, MICROBENCH_AVERAGE)),
             parse_duration(table.get(i, PROFILING_AVERAGE)),
+            *_comparable_kernels(table, i),
         )
         for i in sorted(touched)
     ]

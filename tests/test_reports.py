@@ -288,6 +288,9 @@ def test_markdown_of_an_empty_run_says_so_per_section() -> None:
     assert _section(text, "Duration gap outliers") == [
         "0 of 0 rows with both durations have a ratio (microbench / profiling) outside [0.8, 1.2]."
     ]
+    assert _section(text, "Replays that launched other kernels than the profile") == [
+        "No row has the kernels of its profile to compare with (a PyTorch trace with device activity records them)."
+    ]
     assert _section(text, "Cases with several kernels") == ["No case launched more than one kernel."]
 
 
@@ -303,12 +306,12 @@ def test_gap_csv_values_and_flags(tmp_path: Path) -> None:
     path = write_gap_csv(tmp_path / "reports" / "duration_gap_20260302_101500.csv", make_summary().gaps)
     rows = _read_csv(path)
     expected = [
-        ("MatMulV3.csv", "2", MM_A.signature, "161.825", "170.4", "0.9497", "false"),
-        ("MatMulV3.csv", "3", MM_B.signature, "78.608", "98.26", "0.8", "false"),
-        ("MatMulV3.csv", "4", MM_C.signature, "287.208", "239.34", "1.2", "false"),
-        ("MatMulV3.csv", "5", MM_D.signature, "102.716", "130.02", "0.79", "true"),
-        ("RmsNorm.csv", "2", RMS_A.signature, "66.12", "33.06", "2", "true"),
-        ("RmsNorm.csv", "5", "4096,1,8,128;128 | BF16;BF16 | ND;ND | 4096,1,8,128 | BF16", "43.1", "", "", "false"),
+        ("MatMulV3.csv", "2", MM_A.signature, "161.825", "170.4", "0.9497", "false", "", ""),
+        ("MatMulV3.csv", "3", MM_B.signature, "78.608", "98.26", "0.8", "false", "", ""),
+        ("MatMulV3.csv", "4", MM_C.signature, "287.208", "239.34", "1.2", "false", "", ""),
+        ("MatMulV3.csv", "5", MM_D.signature, "102.716", "130.02", "0.79", "true", "", ""),
+        ("RmsNorm.csv", "2", RMS_A.signature, "66.12", "33.06", "2", "true", "", ""),
+        ("RmsNorm.csv", "5", "4096,1,8,128;128 | BF16;BF16 | ND;ND | 4096,1,8,128 | BF16", "43.1", "", "", "false", "", ""),
     ]
     assert [tuple(r[c] for c in GAP_COLUMNS) for r in rows] == expected
     # The profiled durations are the fixture's own cells.
@@ -336,6 +339,39 @@ def test_gap_band_is_closed(tmp_path: Path, microbench: float, profiling: float,
     path = write_gap_csv(tmp_path / "gap.csv", [GapRow("MatMulV3.csv", 2, MM_A.signature, microbench, profiling)])
     [row] = _read_csv(path)
     assert (row["ratio"], row["flagged"]) == (ratio, flagged)
+
+
+GEMM_NT = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT"
+GEMM_NN = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
+
+
+def _kernel_gaps() -> list[GapRow]:
+    same = f"{GEMM_NT}=161.2;Memset (Device)=0.9"
+    return [
+        GapRow("MatMulV2.csv", 2, "a", 160.0, 161.0, same, f"{GEMM_NT}=160.0;Memset (Device)=1.1"),
+        GapRow("MatMulV2.csv", 3, "b", 140.0, 161.0, same, f"{GEMM_NN}=140.0"),
+        GapRow("RmsNorm.csv", 2, "c", 9.0, 4.0, "rms_norm_kernel=4.0", "pow_kernel=3;mean_kernel=3;mul_kernel=3"),
+        GapRow("Add.csv", 2, "d", 3.0, 3.1),  # no profiled kernels: nothing to compare
+    ]
+
+
+def test_gap_csv_says_which_rows_launched_other_kernels(tmp_path: Path) -> None:
+    rows = _read_csv(write_gap_csv(tmp_path / "gap.csv", _kernel_gaps()))
+    assert [(r["kernels_differ"], r["kernel_difference"]) for r in rows] == [
+        ("false", ""),  # the workspace memset's time differs, not the kernels
+        ("true", f"replay launched {GEMM_NN}; the profile has {GEMM_NT}"),
+        ("true", "replay launched pow_kernel, mean_kernel, mul_kernel; the profile has rms_norm_kernel"),
+        ("", ""),
+    ]
+
+
+def test_reports_list_the_rows_that_launched_other_kernels() -> None:
+    summary = RunSummary("2026-03-02T10:15:00+00:00", 0.5, "cuda", "H100", "db", "all", 30, 5, [], gaps=_kernel_gaps())
+    section = _section(render_replay_report(summary), "Replays that launched other kernels than the profile")
+    assert section[0].startswith("2 of 3 rows whose profile recorded its kernels launched other kernels")
+    assert [row["line"] for row in _table(section, 1)] == ["3", "2"]
+    differ = build_run_report(summary)["duration_gap"]["kernels_differ"]
+    assert [(d["csv_file"], d["row_line"]) for d in differ] == [("MatMulV2.csv", 3), ("RmsNorm.csv", 2)]
 
 
 def test_gap_csv_is_replaced_atomically(tmp_path: Path) -> None:
@@ -411,7 +447,9 @@ def test_run_report_extra_sections() -> None:
         "csv_file": "RmsNorm.csv", "rows_updated": 1, "rows_appended": 1, "rows_pruned": 0,
         "rows_quarantined": 1, "unmatched_samples": [UNMATCHED], "written": True,
     }
-    assert report["duration_gap"] == {"band": [0.8, 1.2], "rows": 6, "compared": 5, "flagged": 2}
+    assert report["duration_gap"] == {
+        "band": [0.8, 1.2], "rows": 6, "compared": 5, "flagged": 2, "kernels_compared": 0, "kernels_differ": []
+    }
     assert report["replay_run"]["update_mode"] == "all"
     assert report["replay_run"]["coverage"] == 0.5
 

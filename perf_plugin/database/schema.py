@@ -49,6 +49,9 @@ PROFILING_STD = "Profiling Std Duration(us)"
 PROFILING_DURATION_COLUMNS: tuple[str, ...] = (PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_STD)
 PROFILING_COUNTER_PREFIX = "Profiling Average "
 PROFILING_COUNT = "Profiling Count"  # launches aggregated into the row (written at the end)
+# The device kernels the operator launched in the profile (a PyTorch trace with device activity),
+# in the format of ``MicroBench Kernels`` (perf_plugin.database.kernel_breakdown).
+PROFILING_KERNELS = "Profiling Kernels"
 RAW_DURATION = "Duration(us)"
 
 # Microbench columns written back by a replay run.

@@ -23,6 +23,10 @@ Statistics
 * ``Profiling Average <counter>``: mean of each counter over the samples that have a value
   (``N/A`` cells are skipped, not counted as zero); empty when no sample has one.
 * ``Profiling Count``: the number of samples averaged (an added column, written last).
+* ``Profiling Kernels`` (traces with device activity only): the device kernels the calls
+  launched, each with its mean time per call over the group's samples, in the format of
+  ``MicroBench Kernels`` (``perf_plugin.database.kernel_breakdown``), so that a run can tell
+  whether the replay launched the kernels the model did.
 
 Numbers are written with at most 6 decimals (trailing zeros dropped): profiler durations have
 nanosecond resolution (3 decimals in microseconds), so 6 decimals keep every mean exact to well
@@ -38,11 +42,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from perf_plugin.database.kernel_breakdown import format_breakdown
 from perf_plugin.database.schema import (
     DETAIL_COLUMNS,
     IDENTITY_COLUMNS,
     PROFILING_AVERAGE,
     PROFILING_COUNT,
+    PROFILING_KERNELS,
     PROFILING_MEDIAN,
     PROFILING_STD,
     format_number,
@@ -51,6 +57,9 @@ from perf_plugin.database.schema import (
 from perf_plugin.ingest import columns as col
 
 DIGITS = 6
+# Frame column of a trace sample's device time per kernel name (a dict; absent for tables
+# without device kernels, such as Ascend kernel_details, whose rows are single kernels).
+KERNEL_TIMES = "_kernel_ns"
 GROUP_KEY: tuple[str, ...] = (
     col.TYPE,
     "Input Shapes",
@@ -73,6 +82,7 @@ class AggregatedRow:
     median: float
     std: float | None
     counters: Mapping[str, float | None] = field(default_factory=dict)
+    kernels: str = ""  # the Profiling Kernels cell ("" when the samples recorded none)
 
     def profiling_values(self) -> dict[str, str]:
         """Column -> cell text of everything ingest writes besides the identity columns."""
@@ -84,6 +94,8 @@ class AggregatedRow:
         for counter, value in self.counters.items():
             values[profiling_counter_column(counter)] = format_value(value)
         values[PROFILING_COUNT] = str(self.count)
+        if self.kernels:
+            values[PROFILING_KERNELS] = self.kernels
         return values
 
 
@@ -115,6 +127,8 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
         }
     )
     first = groups[list(_FROM_FIRST_SAMPLE)].first()
+    if KERNEL_TIMES in frame.columns:
+        stats["kernels"] = groups[KERNEL_TIMES].agg(_mean_kernel_times)
     counter_means = groups[counters].mean() if counters else pd.DataFrame(index=stats.index)
     # All results share the group order of ``stats``; reorder them together, by first sample.
     order = np.argsort(stats["order"].to_numpy(), kind="stable")
@@ -142,12 +156,23 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
                 counters={
                     name: (None if math.isnan(means[j]) else float(means[j])) for j, name in enumerate(counters)
                 },
+                kernels=getattr(stat, "kernels", ""),
             )
         )
     # One CSV per kernel type: keep each type's rows together, types in order of first appearance.
     position = {name: i for i, name in enumerate(dict.fromkeys(row.kernel_type for row in rows))}
     rows.sort(key=lambda row: position[row.kernel_type])
     return rows
+
+
+def _mean_kernel_times(samples: pd.Series) -> str:
+    """The breakdown cell of a group: each kernel's device time per call, over all its calls."""
+    totals: dict[str, int] = {}
+    for times in samples:
+        for name, ns in times.items():
+            totals[name] = totals.get(name, 0) + ns
+    calls = len(samples)
+    return format_breakdown({name: ns / 1000.0 / calls for name, ns in totals.items()})
 
 
 def _text(value: object) -> str:

@@ -42,10 +42,15 @@ from perf_plugin.database.schema import (
     PROFILING_COUNT,
     PROFILING_COUNTER_PREFIX,
     PROFILING_DURATION_COLUMNS,
+    PROFILING_KERNELS,
     SIGNATURE_COLUMNS,
     microbench_counter_column,
 )
-from perf_plugin.database.shapes import QuoteStyle, detect_quote_style, strip_embedded_quotes
+from perf_plugin.database.shapes import (
+    QuoteStyle,
+    detect_quote_style,
+    strip_embedded_quotes,
+)
 from perf_plugin.database.signature import Signature
 from perf_plugin.database.table import CsvTable
 from perf_plugin.ingest.aggregate import AggregatedRow
@@ -86,8 +91,13 @@ def new_table_header(rows: Sequence[AggregatedRow]) -> list[str]:
         *PROFILING_DURATION_COLUMNS,
         *(PROFILING_COUNTER_PREFIX + c for c in counters),
         PROFILING_COUNT,
+        *([PROFILING_KERNELS] if _have_kernels(rows) else []),
         *_details_of(rows),
     ]
+
+
+def _have_kernels(rows: Sequence[AggregatedRow]) -> bool:
+    return any(row.kernels for row in rows)
 
 
 def _details_of(rows: Sequence[AggregatedRow]) -> list[str]:
@@ -118,6 +128,8 @@ def _ensure_profiling_columns(table: CsvTable, rows: Sequence[AggregatedRow]) ->
         table.insert_column(name, position)
     if not table.has_column(PROFILING_COUNT):
         table.insert_column(PROFILING_COUNT)
+    if _have_kernels(rows) and not table.has_column(PROFILING_KERNELS):
+        table.insert_column(PROFILING_KERNELS, table.index(PROFILING_COUNT) + 1)
 
 
 def _after_identity(table: CsvTable) -> int:

@@ -29,6 +29,7 @@ import pandas as pd
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.schema import DETAIL_COLUMNS, IDENTITY_COLUMNS
 from perf_plugin.ingest import columns as col
+from perf_plugin.ingest.aggregate import KERNEL_TIMES
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
 from perf_plugin.ingest.list_dtypes import READERS_LOOKED_AT, resolve_cat_dtypes
 from perf_plugin.ingest.profile_table import ProfileTable
@@ -103,9 +104,15 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
             summary.unknown_dtype_rows += 1
         if not mapped.outputs:
             summary.no_output_rows += 1
-        records.append({col.TYPE: mapped.kernel_type, **cells, col.DURATION: duration_us})
+        record = {col.TYPE: mapped.kernel_type, **cells, col.DURATION: duration_us}
+        if attribution.device_trace:
+            record[KERNEL_TIMES] = sample.kernel_ns
+        records.append(record)
     summary.samples = len(records)
-    frame = pd.DataFrame.from_records(records, columns=[col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS, col.DURATION])
+    columns = [col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS, col.DURATION]
+    if attribution.device_trace:
+        columns.append(KERNEL_TIMES)
+    frame = pd.DataFrame.from_records(records, columns=columns)
     for name in (col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS):
         frame[name] = frame[name].astype("category")
     frame[col.DURATION] = frame[col.DURATION].astype("float64")

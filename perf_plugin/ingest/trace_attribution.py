@@ -56,6 +56,7 @@ class OpSample:
     device_ns: int = 0
     activities: int = 0
     kernels: list[str] = field(default_factory=list)  # names of the device activities, in launch order
+    kernel_ns: dict[str, int] = field(default_factory=dict)  # device time per activity name
 
     def descendants(self) -> list[TraceOp]:
         return self.op.descendants()
@@ -154,6 +155,7 @@ def attribute(trace: TraceData) -> Attribution:
         sample.device_ns += activity.duration_ns
         sample.activities += 1
         sample.kernels.append(activity.name)
+        sample.kernel_ns[activity.name] = sample.kernel_ns.get(activity.name, 0) + activity.duration_ns
     return attribution
 
 

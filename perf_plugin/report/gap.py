@@ -2,12 +2,17 @@
 
 ``reports/duration_gap_<timestamp>.csv``, one line per row, in write-back order::
 
-    file,line,signature,microbench_us,profiling_us,ratio,flagged
+    file,line,signature,microbench_us,profiling_us,ratio,flagged,kernels_differ,kernel_difference
 
 ``ratio`` is microbench / profiling, written to 4 decimals; durations are written to 3
 decimals (nanoseconds).  ``flagged`` is ``true`` when the written ratio lies outside the closed
 band [0.8, 1.2] (0.8 and 1.2 themselves are inside) and ``false`` otherwise, including rows that
 have no ratio (no profiled duration): those have empty ``profiling_us`` and ``ratio`` cells.
+
+``kernels_differ`` is ``true`` when the replay launched other device kernels than the profile
+recorded for the row (``Profiling Kernels`` vs ``MicroBench Kernels``, both on one kind of
+device; see ``perf_plugin.database.kernel_breakdown``), ``false`` when the same, and empty when
+there is nothing to compare; ``kernel_difference`` names the kernels only one side launched.
 
 The flag is decided on the ratio as written, not on the raw quotient: 287.208 / 239.34 is
 1.2000000000000002 in binary floating point, and a row that reads ``1.2`` must not be flagged.
@@ -26,7 +31,10 @@ from perf_plugin.database.atomic import atomic_write_text
 from perf_plugin.database.schema import format_number
 from perf_plugin.results import GapRow
 
-GAP_COLUMNS: tuple[str, ...] = ("file", "line", "signature", "microbench_us", "profiling_us", "ratio", "flagged")
+GAP_COLUMNS: tuple[str, ...] = (
+    "file", "line", "signature", "microbench_us", "profiling_us", "ratio", "flagged",
+    "kernels_differ", "kernel_difference",
+)  # fmt: skip
 GAP_BAND: tuple[float, float] = (0.8, 1.2)
 DURATION_DIGITS = 3
 RATIO_DIGITS = 4
@@ -55,7 +63,20 @@ def gap_cells(gap: GapRow) -> list[str]:
         _number(gap.profiling_us, DURATION_DIGITS),
         _number(gap.ratio, RATIO_DIGITS),
         "true" if is_flagged(gap) else "false",
+        *_kernel_cells(gap),
     ]
+
+
+def _kernel_cells(gap: GapRow) -> tuple[str, str]:
+    if not (gap.profiled_kernels and gap.replayed_kernels):
+        return "", ""
+    difference = gap.kernel_difference
+    return ("false", "") if difference is None else ("true", difference.describe())
+
+
+def kernel_mismatches(gaps: Iterable[GapRow]) -> list[GapRow]:
+    """Rows whose replay launched other kernels than their profile recorded, in write-back order."""
+    return [gap for gap in gaps if gap.kernel_difference is not None]
 
 
 def render_gap_csv(gaps: Iterable[GapRow]) -> str:

@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 
 from perf_plugin.database.schema import format_number
-from perf_plugin.report.gap import GAP_BAND, RATIO_DIGITS, is_flagged, top_outliers
+from perf_plugin.report.gap import GAP_BAND, RATIO_DIGITS, is_flagged, kernel_mismatches, top_outliers
 from perf_plugin.report.tally import RunTally, quarantined_kernel_type, tally_summary
 from perf_plugin.results import OUTCOME_FAILED, CaseResult, RunSummary
 
@@ -141,6 +141,27 @@ def _gaps(summary: RunSummary) -> list[str]:
     return [intro, "", *table(header, rows, "lrlrrr")]
 
 
+def _other_kernels(summary: RunSummary) -> list[str]:
+    compared = [g for g in summary.gaps if g.profiled_kernels and g.replayed_kernels]
+    if not compared:
+        return ["No row has the kernels of its profile to compare with (a PyTorch trace with device activity records them)."]
+    mismatched = kernel_mismatches(compared)
+    intro = (
+        f"{len(mismatched)} of {len(compared)} rows whose profile recorded its kernels launched other kernels "
+        "in the replay: a composition standing in for a fused kernel, or the library choosing another kernel."
+    )
+    if not mismatched:
+        return [intro]
+    rows = [
+        (g.csv_file, _line(g.row_line), g.signature_key, difference.describe())
+        for g in mismatched[:TOP_GAPS]
+        if (difference := g.kernel_difference) is not None
+    ]
+    if len(mismatched) > len(rows):
+        intro += f" The first {len(rows)}:"
+    return [intro, "", *table(("file", "line", "signature", "difference"), rows, "lrll")]
+
+
 def _breakdown(results: Sequence[CaseResult]) -> list[str]:
     several = [r for r in results if len(r.kernels) > 1]
     if not several:
@@ -164,6 +185,7 @@ def render_replay_report(summary: RunSummary) -> str:
         ("Quarantined rows", _quarantined(summary)),
         ("Failed cases", _failed(summary.results)),
         ("Duration gap outliers", _gaps(summary)),
+        ("Replays that launched other kernels than the profile", _other_kernels(summary)),
         ("Cases with several kernels", _breakdown(summary.results)),
     ]
     lines = ["# Replay report", "", *_facts(summary)]

@@ -178,6 +178,12 @@ def build_run_report(summary: RunSummary, reports_dir: str | Path | None = None)
             "rows": len(summary.gaps),
             "compared": len(compared),
             "flagged": sum(1 for g in compared if is_flagged(g)),
+            "kernels_compared": sum(1 for g in summary.gaps if g.profiled_kernels and g.replayed_kernels),
+            "kernels_differ": [
+                {"csv_file": g.csv_file, "row_line": g.row_line, "difference": difference.describe()}
+                for g in summary.gaps
+                if (difference := g.kernel_difference) is not None
+            ],
         },
     }
     # The per-case entries are finite already; everything else is small.
