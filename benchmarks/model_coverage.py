@@ -216,9 +216,9 @@ def trace_kernel_us(trace: Path) -> float:
 
 def replay(db: Path, device: str, repeats: int, warmup: int, cache_mode: str) -> float:
     started = time.perf_counter()
-    command = [sys.executable, "-m", "pytest", str(ROOT / "bench" / "test_kernels.py"), "--database-path", str(db),
-               "--backend", device, "--repeat-count", str(repeats), "--warmup-count", str(warmup),
-               "--cache-mode", cache_mode, "-p", "no:cacheprovider", "-q", "--no-header", "-p", "no:randomly"]
+    command = [sys.executable, "-m", "pytest", str(ROOT / "bench" / "test_kernels.py"), "--perf-database-path", str(db),
+               "--perf-backend", device, "--perf-repeat-count", str(repeats), "--perf-warmup-count", str(warmup),
+               "--perf-cache-mode", cache_mode, "-p", "no:cacheprovider", "-q", "--no-header", "-p", "no:randomly"]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     tail = completed.stdout.strip().splitlines()[-3:]
     print(f"  pytest bench (exit {completed.returncode}):", " | ".join(tail))

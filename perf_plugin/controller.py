@@ -122,7 +122,7 @@ def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None
         outcome.lines.append(
             f"replay coverage: {100 * fraction:.1f}% of {len(records)} selected rows {what}, "
             f"{100 * time_fraction:.1f}% of their profiled time"
-            f" ({verdict} --replay-coverage-min {minimum:g} by {weight})"
+            f" ({verdict} --perf-replay-coverage-min {minimum:g} by {weight})"
         )
         if gated < minimum:
             outcome.coverage_failed = True

@@ -4,7 +4,7 @@ A row counts as *covered* when its case has a replay and passed.  With ``--colle
 case runs, so coverage is the fraction of selected rows that have a replay at all (and can be
 built).  Coverage is counted two ways: by rows, and by the profiled time of the rows
 (``Profiling Average Duration(us)`` times ``Profiling Count``: the share of a profiled model's
-kernel time that the run can measure); ``--replay-coverage-weight`` says which one the gate
+kernel time that the run can measure); ``--perf-replay-coverage-weight`` says which one the gate
 uses.  A database without profiled durations has no time to weigh: its time coverage is the
 row coverage.  Collective benchmarks are not rows and do not count.
 """

@@ -8,7 +8,7 @@ what a library logs at WARNING or above during a replay still reaches the test's
 (torch's own handler, or Python's last-resort handler), which pytest shows with a failure.
 
 So when every selected test is a replay case, no ``--log-*`` option or ini key asks for logging,
-and ``--replay-log-capture`` is ``auto``, the plugin unregisters pytest's logging plugin after
+and ``--perf-replay-log-capture`` is ``auto``, the plugin unregisters pytest's logging plugin after
 collection (before any test runs); a run with any other test in it keeps it.
 """
 

@@ -1,12 +1,19 @@
 """Command-line options, ini keys and environment variables, resolved into one frozen Settings.
 
-Precedence: command-line option > environment variable > ini key > default.  Every option has
-an environment variable ``PERF_<NAME>`` and an ini key ``perf_<name>`` (dashes as underscores);
+Every option is ``--perf-<name>`` (one prefix, as pytest-benchmark's ``--benchmark-*``, so that
+it cannot collide with a project's own options), with an environment variable ``PERF_<NAME>``
+and an ini key ``perf_<name>`` (dashes as underscores).  The seed's tools spelled them without
+the prefix (``--device``, ``--database-path``); those spellings are accepted too, as aliases
+registered once the initial conftests have added their own options, and only where the name is
+still free: a conftest that defines ``--device`` keeps it, and ``--perf-device`` is ours.
+
+Precedence: command-line option > environment variable > ini key > default.
 ``MSMODELING_OP_REPLAY_REPEAT_COUNT`` is honoured for the repeat count, as the seed's tools did.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +25,7 @@ from perf_plugin.backends.select import BACKEND_CHOICES
 from perf_plugin.replay.cache_modes import CACHE_MODES, DEFAULT_CACHE_MODE, MAX_ROTATION_COPIES
 
 GROUP_NAME = "perf"
+OPTION_PREFIX = "perf-"
 GROUP_DESCRIPTION = "operator performance lab"
 UPDATE_MODES = ("all", "missing-only")
 COVERAGE_WEIGHTS = ("rows", "time")
@@ -42,6 +50,16 @@ class OptionSpec:
     @property
     def dest(self) -> str:
         return "perf_" + self.field
+
+    @property
+    def option(self) -> str:
+        """The command-line option: ``--perf-<name>``."""
+        return f"--{OPTION_PREFIX}{self.name}"
+
+    @property
+    def alias(self) -> str:
+        """The seed's spelling, accepted where no other plugin or conftest took it."""
+        return f"--{self.name}"
 
     @property
     def env(self) -> str:
@@ -146,19 +164,36 @@ def add_options(parser: pytest.Parser) -> None:
     for spec in OPTIONS:
         choices = f" ({', '.join(spec.choices)}; default {spec.default})" if spec.choices else ""
         help_text = f"{spec.help}{choices} [env {spec.env}; ini {spec.ini}]"
-        if spec.flag:
-            group.addoption(f"--{spec.name}", action="store_true", default=None, dest=spec.dest, help=help_text)
-        else:
-            group.addoption(
-                f"--{spec.name}",
-                action="store",
-                default=None,
-                dest=spec.dest,
-                choices=spec.choices,
-                metavar=spec.name.upper().replace("-", "_"),
-                help=help_text,
-            )
+        group.addoption(spec.option, help=help_text, **_argument(spec))
         parser.addini(spec.ini, help=spec.help, default=None)
+
+
+def _argument(spec: OptionSpec) -> dict[str, Any]:
+    if spec.flag:
+        return {"action": "store_true", "default": None, "dest": spec.dest}
+    metavar = spec.name.upper().replace("-", "_")
+    return {"action": "store", "default": None, "dest": spec.dest, "choices": spec.choices, "metavar": metavar}
+
+
+def add_free_aliases(parser: pytest.Parser) -> list[str]:
+    """Register the unprefixed spellings no other option uses (after the initial conftests'
+    options: a project's own ``--device`` wins); returns those left to their owners."""
+    taken = {name for option in _all_options(parser) for name in option.names()}
+    group = parser.getgroup(GROUP_NAME, GROUP_DESCRIPTION)
+    shadowed = []
+    for spec in OPTIONS:
+        if spec.alias in taken:
+            shadowed.append(spec.alias)
+            continue
+        group.addoption(spec.alias, help=argparse.SUPPRESS, **_argument(spec))  # listed once, as --perf-*
+    return shadowed
+
+
+def _all_options(parser: pytest.Parser) -> list[Any]:
+    # pytest keeps no public list of the registered options; these two attributes have held
+    # them since pytest 3 (the anonymous group and the named ones)
+    groups = [parser._anonymous, *parser._groups]  # noqa: SLF001
+    return [option for group in groups for option in group.options]
 
 
 @dataclass(frozen=True)
@@ -191,7 +226,7 @@ class Settings:
 def _raw_value(config: pytest.Config, spec: OptionSpec) -> tuple[Any, str] | None:
     value = config.getoption(spec.dest, default=None)
     if value is not None:
-        return value, f"--{spec.name}"
+        return value, spec.option
     for env_name in (spec.env, *spec.env_aliases):
         if os.environ.get(env_name, "") != "":
             return os.environ[env_name], env_name

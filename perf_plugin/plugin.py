@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import importlib.util
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -33,6 +34,7 @@ def _is_worker(config: pytest.Config) -> bool:
 
 
 CONFIG_ERROR = pytest.StashKey[str]()
+SETTINGS = pytest.StashKey[options.Settings]()
 HEAP_FROZEN = pytest.StashKey[bool]()
 
 
@@ -40,6 +42,15 @@ HEAP_FROZEN = pytest.StashKey[bool]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Both: one option group, every option also an ini key and an environment variable."""
     options.add_options(parser)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser) -> Iterator[None]:
+    """Both: once the initial conftests added their options, the seed's unprefixed spellings of
+    ours where they are free (``--device`` stays a project's own where its conftest defines it)."""
+    result = yield
+    options.add_free_aliases(parser)
+    return result
 
 
 # ----------------------------------------------------------------------------- configure
@@ -63,7 +74,10 @@ def _pin_worker_device(identity: DeviceIdentity, workerinput: dict) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Both: markers; resolve settings, device and database directory into the run state."""
+    """Both: markers and settings.  The device is identified (which imports torch) only once a run
+    needs it: when a test asks for ``kernel_case`` or xdist starts workers, or now on a machine
+    that may run msprof (an NPU), which must decide before xdist starts whether workers run here.
+    An unrelated pytest run in a project that has this plugin installed never imports torch."""
     config.addinivalue_line("markers", "kernel_type(name): the database kernel type a replay case comes from")
     _ACTIVE_CONFIGS.append(config)
     config.add_cleanup(lambda: _ACTIVE_CONFIGS.remove(config))
@@ -71,34 +85,58 @@ def pytest_configure(config: pytest.Config) -> None:
     # (cleanups run last in, first out), which then skip the frozen heap.
     config.add_cleanup(lambda: _thaw_heap(config))
     settings = options.resolve_settings(config)
-    try:
-        if _is_worker(config):
-            workerinput = config.workerinput  # type: ignore[attr-defined]
-            if "perf_backend" not in workerinput:
-                return
+    if _is_worker(config):
+        workerinput = config.workerinput  # type: ignore[attr-defined]
+        if "perf_backend" in workerinput:
             identity = DeviceIdentity(
                 workerinput["perf_backend"], workerinput["perf_device_name"], workerinput.get("perf_accel_version")
             )
             _pin_worker_device(identity, workerinput)
-        else:
-            identity = _identify_device(settings)
+            _start_run(config, settings, lambda: identity)
+        return
+    config.stash[SETTINGS] = settings
+    config.pluginmanager.register(ControllerHooks(config), "perf-controller")
+    if _may_run_msprof(settings):
+        state = ensure_run_state(config)
+        from perf_plugin.profiling.msprof import external_mode
+
+        if state is not None and external_mode(settings.prof_path, state.backend_name) and not config.option.collectonly:
+            _no_local_workers(config)
+
+
+def _may_run_msprof(settings: options.Settings) -> bool:
+    if settings.prof_path or settings.backend == "npu":
+        return True
+    return settings.backend == "auto" and importlib.util.find_spec("torch_npu") is not None
+
+
+def ensure_run_state(config: pytest.Config) -> RunState | None:
+    """Controller: the run state, identifying the device on first use (None: it cannot be
+    resolved; the reason is kept and raised only if a replay test is collected)."""
+    state = config.stash.get(RUN_STATE, None)
+    if state is not None or CONFIG_ERROR in config.stash or SETTINGS not in config.stash:
+        return state
+    settings = config.stash[SETTINGS]
+    return _start_run(config, settings, lambda: _identify_device(settings))
+
+
+def _start_run(
+    config: pytest.Config, settings: options.Settings, identify: Callable[[], DeviceIdentity]
+) -> RunState | None:
+    try:
+        identity = identify()
         location = resolve_location(settings, identity)
     except (DatabaseError, RuntimeError, ValueError) as exc:
         # Raised later, and only if a replay test is collected: unrelated runs must not fail.
         config.stash[CONFIG_ERROR] = str(exc)
-        return
+        return None
     state = RunState(settings, location, identity.backend, identity.device_name)
     config.stash[RUN_STATE] = state
-    if not _is_worker(config):
-        config.pluginmanager.register(ControllerHooks(state), "perf-controller")
-        from perf_plugin.profiling.msprof import external_mode
-
-        if external_mode(settings.prof_path, identity.backend) and not config.option.collectonly:
-            _no_local_workers(config)
+    return state
 
 
 def _no_local_workers(config: pytest.Config) -> None:
-    """Controller, msprof or --prof-path: xdist workers belong to the session under msprof."""
+    """Controller, msprof or --perf-prof-path: xdist workers belong to the session under msprof."""
     config.option.dist = "no"
     config.option.tx = []
     if config.pluginmanager.has_plugin("dsession"):  # xdist configured before this plugin
@@ -108,7 +146,7 @@ def _no_local_workers(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:  # type: ignore[no-untyped-def]
     """Controller (xdist): hand the resolved device to each worker."""
-    state = node.config.stash.get(RUN_STATE, None)
+    state = ensure_run_state(node.config)
     if state is None:
         return
     node.workerinput["perf_backend"] = state.backend_name
@@ -130,10 +168,20 @@ def _device_count(backend: str) -> int:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    """Controller: where the run reads and writes."""
+    """Controller: where the run reads and writes, when the device is known by now."""
+    return _header_lines(config)
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    """Controller: the same lines, once collection identified the device for replay cases."""
+    return _header_lines(config)
+
+
+def _header_lines(config: pytest.Config) -> list[str]:
     state = config.stash.get(RUN_STATE, None)
-    if state is None:
+    if state is None or state.header_shown:
         return []
+    state.header_shown = True
     lines = [
         f"perf: backend {state.backend_name} ({state.device_name}), "
         f"{state.settings.repeat_count} repeats after {state.settings.warmup_count} warm-up, "
@@ -185,7 +233,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Both: every database row becomes one parametrized case of a test using ``kernel_case``."""
     if CASE_FIXTURE not in metafunc.fixturenames:
         return
-    state = metafunc.config.stash.get(RUN_STATE, None)
+    state = ensure_run_state(metafunc.config)
     if state is None:
         reason = metafunc.config.stash.get(CONFIG_ERROR, "no database could be resolved")
         raise _collection_error(f"kernel replay tests cannot run: {reason}")
@@ -238,7 +286,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     from perf_plugin.log_capture import skip_log_capture
 
     if skip_log_capture(config, session.items, lambda item: _case_of(item) is not None, state.settings.replay_log_capture):
-        note = "pytest's per-test log capture was off (replay cases only; --replay-log-capture on keeps it)"
+        note = "pytest's per-test log capture was off (replay cases only; --perf-replay-log-capture on keeps it)"
         state.notes.append(note)
         if _is_worker(config):
             state.unsent_notes.append(note)
@@ -313,9 +361,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 class ControllerHooks:
     """Controller only (registered in pytest_configure): gathers cases, outcomes and results."""
 
-    def __init__(self, state: RunState) -> None:
-        self.state = state
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
         self.outcomes: dict[str, str] = {}
+
+    @property
+    def state(self) -> RunState | None:
+        """The run's state once the device was identified (None in a run of no replay case)."""
+        return self.config.stash.get(RUN_STATE, None)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -327,6 +380,8 @@ class ControllerHooks:
         the report for the rest of the run.
         """
         state = self.state
+        if state is None:
+            return
         properties = dict(report.user_properties) if report.user_properties else {}
         if RESULTS_PROPERTY in properties or NOTES_PROPERTY in properties:
             report.user_properties[:] = [p for p in report.user_properties if p[0] not in TRANSPORT_PROPERTIES]
@@ -347,11 +402,13 @@ class ControllerHooks:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
-        """NPU (msprof) or --prof-path: no test runs here; the replays run in a session under
+        """NPU (msprof) or --perf-prof-path: no test runs here; the replays run in a session under
         msprof (or ran already), and their op_summary rows become the results."""
         from perf_plugin.profiling import msprof, msprof_launch
 
         state, config = self.state, session.config
+        if state is None:
+            return None
         mode = msprof.external_mode(state.settings.prof_path, state.backend_name)
         if mode is None or config.option.collectonly or session.testsfailed:
             return None  # pytest's own loop (it stops on collection errors)
@@ -359,7 +416,7 @@ class ControllerHooks:
         if cache_mode != "warm" and mode == msprof.MODE_LAUNCH:
             # the flush and the input copies launch kernels of their own, which op_summary
             # would count among the case's launches
-            raise pytest.UsageError(f"--cache-mode {cache_mode} is not available under msprof; use warm")
+            raise pytest.UsageError(f"--perf-cache-mode {cache_mode} is not available under msprof; use warm")
         cases = [(item.nodeid, case) for item in session.items if (case := _case_of(item)) is not None]
         try:
             outcome = msprof_launch.external_run(
@@ -386,19 +443,21 @@ class ControllerHooks:
     def pytest_testnodedown(self, node, error) -> None:  # type: ignore[no-untyped-def]
         """xdist: results a worker finished after its last report."""
         payload = getattr(node, "workeroutput", {}).get(RESULTS_PROPERTY)
-        for data in json.loads(payload) if payload else []:
-            _add_result(self.state, CaseResult.from_json(data))
+        state = self.state
+        for data in json.loads(payload) if payload and state is not None else []:
+            _add_result(state, CaseResult.from_json(data))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """With --collect-only the selected cases are the records (nothing runs)."""
-        if not session.config.option.collectonly:
+        state = self.state
+        if not session.config.option.collectonly or state is None:
             return
         for item in session.items:
             case = _case_of(item)
             if case is not None:
                 from perf_plugin.cases import record_of
 
-                self.state.records[item.nodeid] = record_of(case)
+                state.records[item.nodeid] = record_of(case)
 
 
 def _add_result(state: RunState, result: CaseResult) -> None:

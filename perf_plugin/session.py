@@ -65,6 +65,7 @@ class RunState:
     started: float = field(default_factory=time.time)
     started_perf: float = field(default_factory=time.perf_counter)
     notes: list[str] = field(default_factory=list)  # lines for the terminal summary
+    header_shown: bool = False  # the "perf:" lines of the report header were printed
     case_set: "CaseSet | None" = None
     # controller side
     records: dict[str, CaseRecord] = field(default_factory=dict)

@@ -11,7 +11,7 @@ Under the database lock, for every CSV a result or a quarantined case points at:
 3. rows of quarantined cases move to ``{KernelType}.quarantine.csv`` beside the CSV, with the
    reason; the quarantine file is written before the rows leave the main file, so a crash in
    between duplicates a row rather than losing it;
-4. ``--prune-empty-duration-rows`` removes rows that still have no valid duration;
+4. ``--perf-prune-empty-duration-rows`` removes rows that still have no valid duration;
 5. each file is replaced atomically; untouched files are not rewritten at all.
 """
 

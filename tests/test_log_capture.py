@@ -44,7 +44,7 @@ def test_replay_only_run_skips_log_capture_and_says_so(pytester: pytest.Pytester
     result = run(pytester, project)
     result.assert_outcomes(passed=1)
     assert not logging_plugin_was_registered(pytester)
-    result.stdout.fnmatch_lines(["*per-test log capture was off (replay cases only; --replay-log-capture on keeps it)*"])
+    result.stdout.fnmatch_lines(["*per-test log capture was off (replay cases only; --perf-replay-log-capture on keeps it)*"])
 
 
 @pytest.mark.parametrize(

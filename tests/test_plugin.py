@@ -246,7 +246,7 @@ def test_unavailable_backend_is_one_line_not_a_traceback(pytester: pytest.Pytest
         pytest.skip("torch_npu is installed here")
     result = run(pytester, project, "--backend", "npu")
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(["kernel replay tests cannot run: --backend npu was asked for, but torch_npu is missing*"])
+    result.stdout.fnmatch_lines(["kernel replay tests cannot run: --perf-backend npu was asked for, but torch_npu is missing*"])
     assert "Traceback" not in result.stdout.str()
 
 
@@ -280,7 +280,7 @@ def test_coverage_gate_fails_the_run_with_a_table(pytester: pytest.Pytester, pro
     result.stdout.fnmatch_lines(
         [
             "*replay coverage: 50.0% of 6 selected rows replayed and passed, 50.0% of their profiled time "
-            "(below --replay-coverage-min 0.9 by rows)*",
+            "(below --perf-replay-coverage-min 0.9 by rows)*",
             "*kernel type*rows*replay*passed*",
             "*Softmax*3*0*0*0.0%*",
         ]
@@ -298,7 +298,7 @@ def test_coverage_by_time_weighs_rows_by_their_profiled_time(pytester: pytest.Py
     by_rows.stdout.fnmatch_lines(["*60.0% of 5 selected rows replayed and passed, 91.2% of their profiled time*"])
     by_time = run(pytester, project, "--replay-coverage-min", "0.9", "--replay-coverage-weight", "time")
     assert by_time.ret == 0, by_time.stdout.str()
-    by_time.stdout.fnmatch_lines(["*91.2% of their profiled time (meets --replay-coverage-min 0.9 by time)*"])
+    by_time.stdout.fnmatch_lines(["*91.2% of their profiled time (meets --perf-replay-coverage-min 0.9 by time)*"])
     report = json.loads(next((project / "reports").glob("run_report_*.json")).read_text())
     assert report["replay_run"]["coverage_time"] == pytest.approx(620 / 680)
 
@@ -331,7 +331,7 @@ def test_options_env_and_ini_precedence(pytester: pytest.Pytester, project: Path
     pytester.runpytest("--database-path", str(project), "-k", "Add", "--repeat-count", "6", "-p", "no:cacheprovider")
     assert read_rows(project / "Add.csv")[0]["MicroBench Samples"] == "6"
     bad = pytester.runpytest("--database-path", str(project), "--repeat-count", "0")
-    bad.stderr.fnmatch_lines(["*--repeat-count: '0' is not a positive integer*"])
+    bad.stderr.fnmatch_lines(["*--perf-repeat-count: '0' is not a positive integer*"])
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
 
 

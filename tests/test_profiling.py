@@ -84,7 +84,7 @@ def test_case_span_whose_kernels_vary_per_call_is_refused_not_guessed() -> None:
     timings, error, case_errors = attribute_by_markers(events, [CaseSpan(1, 3), None, CaseSpan(2, 1), None])
     assert error is None
     assert set(case_errors) == {1} and "4 device kernels over 3 repeats" in case_errors[1]
-    assert "--repeat-markers" in case_errors[1]
+    assert "--perf-repeat-markers" in case_errors[1]
     assert not any(key[0] == 1 for key in timings)
     assert timings[(2, 0)].total_ns == 700
 
@@ -228,7 +228,7 @@ def test_cpu_whole_case_range_with_a_varying_op_sequence_is_a_case_error() -> No
     events = [cpu("perfcase::2::all", 100, 400), cpu("aten::mm", 110, 50), cpu("aten::add", 170, 20), cpu("aten::mm", 210, 50)]
     attribution = attribute_cpu_ops(events, {2: 2})
     assert "not the same operator sequence per repeat" in attribution.case_errors[2]
-    assert "--repeat-markers" in attribution.case_errors[2]
+    assert "--perf-repeat-markers" in attribution.case_errors[2]
     assert not attribution.timings
 
 

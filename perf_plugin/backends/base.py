@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 class Backend(ABC):
     """One device kind: CPU, CUDA or an Ascend NPU.
 
-    ``name`` is what users pass to ``--backend``; ``stack`` and ``version_dir`` feed the database
+    ``name`` is what users pass to ``--perf-backend``; ``stack`` and ``version_dir`` feed the database
     directory contract; ``ccl`` names the collective library directory.
     """
 

@@ -1,4 +1,4 @@
-"""Choose the backend: ``--backend auto`` prefers an NPU, then CUDA, then the CPU."""
+"""Choose the backend: ``--perf-backend auto`` prefers an NPU, then CUDA, then the CPU."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ def resolve_backend(choice: str, index: int = 0, ascend_device: str | None = Non
         return CpuBackend(index)
     if choice == "cuda":
         if not CudaBackend.available():
-            raise RuntimeError("--backend cuda was asked for, but torch sees no CUDA device")
+            raise RuntimeError("--perf-backend cuda was asked for, but torch sees no CUDA device")
         return CudaBackend(index)
     backend = NpuBackend(index, ascend_device) if ascend_device else NpuBackend(index)
     if not NpuBackend.available():
-        raise RuntimeError("--backend npu was asked for, but torch_npu is missing or sees no NPU")
+        raise RuntimeError("--perf-backend npu was asked for, but torch_npu is missing or sees no NPU")
     return backend

@@ -127,7 +127,7 @@ def attribute_cpu_ops(events: list[RawEvent], span_repeats: Mapping[int, int] | 
         if runs is None:
             case_errors[number] = (
                 f"{len(top_level)} operator events over {repeats} repeats are not the same operator sequence per "
-                "repeat; run with --repeat-markers to label every repeat"
+                "repeat; run with --perf-repeat-markers to label every repeat"
             )
             continue
         for index_in_case, run in enumerate(runs):
@@ -222,7 +222,7 @@ def attribute_by_markers(
         if runs is None:
             case_errors[span.number] = (
                 f"{len(kernels)} device kernels over {span.repeats} repeats are not the same kernel sequence per "
-                "repeat; run with --repeat-markers to delimit every repeat"
+                "repeat; run with --perf-repeat-markers to delimit every repeat"
             )
             continue
         for repeat, run in enumerate(runs):

@@ -3,7 +3,7 @@
 On an NPU a replay's duration comes from msprof's ``op_summary`` (``Task Duration(us)`` of every
 kernel the device ran), not from an in-process profiler.  Three pieces:
 
-1. **The launch** (controller).  When the backend is ``npu``, no ``--prof-path`` is given and the
+1. **The launch** (controller).  When the backend is ``npu``, no ``--perf-prof-path`` is given and the
    process is not itself the session under msprof, the controller collects the cases but runs
    none: it re-runs the whole pytest session as ``msprof --output=<dir> <msprof options> python
    -m pytest <the same arguments>`` (``msprof_command``), with ``PERF_MSPROF_CHILD=1`` and
@@ -11,15 +11,15 @@ kernel the device ran), not from an in-process profiler.  Three pieces:
    pytest-xdist too, if asked) and writes no database file: at its end it records the case
    outcomes in ``<record dir>/session.json``.  The controller then reads every ``PROF_*``
    directory msprof wrote and matches its ``op_summary`` rows to the cases.  With
-   ``--prof-path`` nothing is launched and the given profile is read the same way, for the
-   collected cases (each assumed to have run ``--repeat-count`` repeats).
+   ``--perf-prof-path`` nothing is launched and the given profile is read the same way, for the
+   collected cases (each assumed to have run ``--perf-repeat-count`` repeats).
    msprof is called in its documented form ``msprof [options] <app>`` (the application and its
    arguments at the end, so no argument is re-split), with ``--task-time=on`` (operator
    durations and their shapes), ``--ai-core=on --aic-mode=task-based
    --aic-metrics=PipeUtilization`` (the per-task counters the database keeps:
    ``aicore_time(us)``, ``aic_mac_time(us)``, ``aiv_time(us)`` ...).  The profile is left under
    ``<rootdir>/msprof_output/run_<timestamp>_<pid>`` (``PERF_MSPROF_OUTPUT`` overrides the root), so
-   the run can be re-read later with ``--prof-path``.
+   the run can be re-read later with ``--perf-prof-path``.
 2. **The collector** (``MsprofCollector``, in each process that runs tests).  ``measure`` only
    runs the timed repeats (inside an mstx range named after the case, visible when msprof
    collects ``--msproftx``); ``drain``/``finish`` return nothing.  Each measured case is appended
@@ -176,7 +176,7 @@ def is_msprof_child(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def external_mode(prof_path: Path | None, backend_name: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """``"read"`` with ``--prof-path``, ``"launch"`` on an NPU, None otherwise (and in the child)."""
+    """``"read"`` with ``--perf-prof-path``, ``"launch"`` on an NPU, None otherwise (and in the child)."""
     if is_msprof_child(environ):
         return None
     if prof_path is not None:

@@ -98,7 +98,7 @@ def run_under_msprof(
     if msprof is None:
         raise MsprofError(
             "msprof was not found on PATH: source the CANN toolkit's set_env.sh "
-            "(e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh), or read an existing profile with --prof-path"
+            "(e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh), or read an existing profile with --perf-prof-path"
         )
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d_%H%M%S")
     output_dir = (Path(output_root) / f"run_{stamp}_{os.getpid()}").resolve()
@@ -117,7 +117,7 @@ def write_child_report(state: "RunState", record_dir: str | Path | None = None) 
     record = record_dir if record_dir is not None else os.environ.get(RECORD_ENV)
     if not record:
         state.notes.append(
-            f"{CHILD_ENV}=1 and no {RECORD_ENV}: nothing written; read this run's profile with --prof-path"
+            f"{CHILD_ENV}=1 and no {RECORD_ENV}: nothing written; read this run's profile with --perf-prof-path"
         )
         return None
     path = Path(record) / SESSION_REPORT
@@ -179,7 +179,7 @@ def external_run(
     kernel_types = {case.ref.kernel_type for _, case in cases}
     if mode == MODE_READ:
         if prof_path is None:
-            raise MsprofError("--prof-path is required to read a profile")
+            raise MsprofError("--perf-prof-path is required to read a profile")
         prof_dirs = [Path(prof_path)]
         measured = as_measured((case for _, case in cases), repeat_count)
         records = {nodeid: record_of(case, "passed" if case.runnable else "skipped") for nodeid, case in cases}
@@ -203,7 +203,7 @@ def external_run(
                 measured.append(MeasuredCase(record.ref, repeat_count, last + index))
         outcome.notes.append(
             f"msprof: the session ran under msprof (exit code {launch.returncode}); profile "
-            f"{', '.join(str(p) for p in prof_dirs)} (re-read it with --prof-path {launch.output_dir})"
+            f"{', '.join(str(p) for p in prof_dirs)} (re-read it with --perf-prof-path {launch.output_dir})"
         )
 
     try:

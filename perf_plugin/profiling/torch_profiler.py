@@ -9,13 +9,13 @@ profiler stops, the raw Kineto events are attributed to (case, repeat) pairs
   delimit the case, correlation ids (launch order) put its kernels in order, and the repeats are
   the equal runs of one kernel sequence in between.  Every profiled kernel costs the profiler
   tens of microseconds of host time, so one marker per repeat would nearly double a small
-  case's cost; ``repeat_markers=True`` (``--repeat-markers``) launches one before every repeat
+  case's cost; ``repeat_markers=True`` (``--perf-repeat-markers``) launches one before every repeat
   instead, for ops that launch a varying number of kernels per call.  Recording CPU operator
   events as well would cost several milliseconds per small case in the profiler's
   post-processing; measured on an H100 it cut the harness from ~570 to ~140 cases/s.
 * On the CPU the operators themselves are the measurement, so CPU activity is recorded and a
   case's timed repeats run inside one labelled range, split afterwards into equal runs of one
-  operator sequence.  A range per repeat (``--repeat-markers``) doubles the events (0.77 instead
+  operator sequence.  A range per repeat (``--perf-repeat-markers``) doubles the events (0.77 instead
   of 0.54 ms per small case on a 2-core x86 host) and lengthens a small op's profiled time by
   3.5-4 %, the range's own work landing between the ops (``tests/perf/repeat_delimiting_effect.py``).
   Collection is switched off outside the timed repeats (``toggle_collection_dynamic``): a

@@ -72,7 +72,7 @@ def coverage_table(
     """Per kernel type: rows selected, rows with a replay, rows that passed, passed / selected.
 
     A row *has a replay* unless it was quarantined or its kernel type has none; it is *covered*
-    when its case passed, which is what ``--replay-coverage-min`` asks of the run.
+    when its case passed, which is what ``--perf-replay-coverage-min`` asks of the run.
     """
     if isinstance(source, RunSummary):
         tally = tally_cases(source.results, source.quarantined)
