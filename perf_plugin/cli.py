@@ -14,16 +14,13 @@ from collections.abc import Sequence
 
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.replay.registry import CatalogError
+from perf_plugin.usage import UsageError
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "perf_plugin.ingest.command",
     "perf_plugin.grid.command",
     "perf_plugin.comm.command",
 )
-
-
-class UsageError(Exception):
-    """A mistake in how a command was called (conflicting or missing arguments)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,8 +49,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run as ``python -m perf_plugin.cli`` this module is ``__main__``; the subcommands raise the
-    # UsageError of ``perf_plugin.cli``, so call that module's main to catch the same class.
-    from perf_plugin.cli import main as package_main
-
-    sys.exit(package_main())
+    sys.exit(main())

@@ -12,9 +12,16 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol
 
 from perf_plugin.database.kernel_breakdown import KernelDifference, kernel_difference
+
+class HasCaseRef(Protocol):
+    """Anything that carries a case's identity (a collected case, a case measured under msprof)."""
+
+    @property
+    def ref(self) -> CaseRef: ...
+
 
 OUTCOME_PASSED = "passed"
 OUTCOME_FAILED = "failed"

@@ -20,7 +20,7 @@ from perf_plugin.replay.cache_modes import (
     rotation_plan,
     tensor_bytes,
 )
-from perf_plugin.replay.runner import ReplayRunner
+from perf_plugin.run.runner import ReplayRunner
 from tests.test_plugin import BENCH_TEST, HEADER, _profiler_modules_loaded, write_csv  # noqa: F401 (autouse fixture)
 
 

@@ -21,7 +21,7 @@ from perf_plugin.database.signature import signature_text
 from perf_plugin.ingest.pipeline import ingest_path
 from perf_plugin.replay.registry import signature_of
 from perf_plugin.results import CaseRef, CaseResult, KernelTime
-from perf_plugin.writeback import WritebackRequest, write_back
+from perf_plugin.run.writeback import WritebackRequest, write_back
 
 TRACE = Path(__file__).parent / "fixtures" / "cuda" / "rope_cat_trace.json"
 LEVEL2 = Path(__file__).parent / "fixtures" / "ascend" / "kernel_details_level2_llm_train.csv"

@@ -11,8 +11,8 @@ from perf_plugin.backends.select import resolve_backend
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.paths import shipped_sample_dir
 from perf_plugin.database.table import CsvTable
-from perf_plugin.location import DeviceIdentity, resolve_location, seed_from_sample
 from perf_plugin.options import Settings
+from perf_plugin.run.location import DeviceIdentity, resolve_location, seed_from_sample
 
 
 def settings(**changes: object) -> Settings:

@@ -18,10 +18,8 @@ from pathlib import Path
 import pytest
 
 from perf_plugin.backends.cpu import CpuBackend
-from perf_plugin.cases import load_case_set
 from perf_plugin.database.schema import format_number
 from perf_plugin.database.signature import signature_text
-from perf_plugin.replay.registry import signature_of
 from perf_plugin.profiling import msprof
 from perf_plugin.profiling.msprof import (
     CHILD_ENV,
@@ -31,19 +29,20 @@ from perf_plugin.profiling.msprof import (
     external_mode,
     read_measured,
 )
-from perf_plugin.profiling.msprof_launch import (
+from perf_plugin.profiling.msprof_match import (
+    match_profile,
+    msprof_results,
+)
+from perf_plugin.replay.registry import get_replay, signature_of
+from perf_plugin.run.cases import load_case_set
+from perf_plugin.run.msprof_launch import (
     MSPROF_OPTIONS,
     external_run,
     find_prof_dirs,
     msprof_command,
     run_under_msprof,
 )
-from perf_plugin.profiling.msprof_match import (
-    match_profile,
-    msprof_results,
-)
-from perf_plugin.replay.registry import get_replay
-from perf_plugin.writeback import WritebackRequest, write_back
+from perf_plugin.run.writeback import WritebackRequest, write_back
 from tests.conftest import OP_SUMMARY_COLUMNS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ascend" / "kernel_details_level2_llm_train.csv"
@@ -292,7 +291,7 @@ def test_collector_runs_each_repeat_once_and_records_it(tmp_path: Path, prof: Pa
     collector = MsprofCollector(CpuBackend(), record_dir=record)
     calls: list[str] = []
 
-    collector.measure(case, lambda: calls.append("run"), 25, lambda: calls.append("flush"))
+    collector.measure(case.ref, lambda: calls.append("run"), 25, lambda: calls.append("flush"))
 
     assert calls == ["flush", "run"] * 25
     assert collector.kind == "external"
@@ -314,7 +313,7 @@ def test_collector_records_the_repeats_that_ran_before_a_failure(tmp_path: Path)
             raise RuntimeError("device error")
 
     with pytest.raises(RuntimeError):
-        collector.measure(case, run_once, 25)
+        collector.measure(case.ref, run_once, 25)
     assert [m.repeats for m in read_measured(tmp_path)] == [2]
 
 

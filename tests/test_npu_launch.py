@@ -17,11 +17,18 @@ import torch
 
 from perf_plugin.backends.cpu import CpuBackend
 from perf_plugin.backends.npu import NpuBackend
-from perf_plugin.cases import load_case_set
 from perf_plugin.profiling.msprof import MsprofCollector, read_measured
-from perf_plugin.replay.api_call import ACL_FORMATS, ApiCall, NpuFormat, bind_call, provider_of, resolve_api
+from perf_plugin.replay.api_call import (
+    ACL_FORMATS,
+    ApiCall,
+    NpuFormat,
+    bind_call,
+    provider_of,
+    resolve_api,
+)
 from perf_plugin.replay.registry import get_replay
-from perf_plugin.replay.runner import CaseFailure, CaseSkip, ReplayRunner
+from perf_plugin.run.cases import load_case_set
+from perf_plugin.run.runner import CaseFailure, CaseSkip, ReplayRunner
 from tests.kernels.support import level2_rows
 
 HEADER = "OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 
 from perf_plugin.backends.cpu import CpuBackend
-from perf_plugin.cases import STATUS_READY, Case
-from perf_plugin.results import CaseRef
 from perf_plugin.profiling.attribution import (
     CaseSpan,
     RawEvent,
@@ -15,6 +13,8 @@ from perf_plugin.profiling.attribution import (
     split_repeats,
 )
 from perf_plugin.profiling.torch_profiler import TorchProfilerCollector
+from perf_plugin.results import CaseRef
+from perf_plugin.run.cases import STATUS_READY, Case
 
 
 def device(name: str, correlation: int, duration: int) -> RawEvent:
@@ -123,7 +123,7 @@ def test_cuda_collector_marker_layout(
     monkeypatch.setattr(collector, "_marker", lambda: launched.append("marker"))
     case = Case(CaseRef("case0", "Add", "Add.csv", 2, "sig"), STATUS_READY)
     flush = (lambda: launched.append("flush")) if before_repeat else None
-    collector.measure(case, lambda: launched.append("run"), repeats=3, before_repeat=flush)
+    collector.measure(case.ref, lambda: launched.append("run"), repeats=3, before_repeat=flush)
     assert collector._segments == expected_segments
     assert launched.count("marker") == expected_markers and launched.count("run") == 3
     if before_repeat:
@@ -145,10 +145,10 @@ def test_toggled_collection_brackets_the_markers_and_repeats(monkeypatch: pytest
         if launched.count("run") == 5:
             raise RuntimeError("replay broke")
 
-    collector.measure(case, lambda: launched.append("run"), repeats=3)
+    collector.measure(case.ref, lambda: launched.append("run"), repeats=3)
     assert launched == ["on", "marker", "run", "run", "run", "marker", "off"]
     with pytest.raises(RuntimeError):
-        collector.measure(case, failing, repeats=3)
+        collector.measure(case.ref, failing, repeats=3)
     assert launched[-1] == "off"  # collection is switched off again when a replay raises
 
 
@@ -181,7 +181,7 @@ def test_cpu_collector_measures_real_profiled_ops_in_batches() -> None:
     drained = []
     for number in range(3):
         case = Case(CaseRef(f"case{number}", "MatMulV2", "MatMulV2.csv", number + 2, "sig"), STATUS_READY)
-        collector.measure(case, lambda: torch.mm(a, b), repeats=4)
+        collector.measure(case.ref, lambda: torch.mm(a, b), repeats=4)
         drained.append([r.ref.case_id for r in collector.drain()])
     assert drained == [[], ["case0", "case1"], []]
     last = collector.finish()
@@ -204,7 +204,7 @@ def test_cpu_collector_records_only_the_timed_repeats(monkeypatch: pytest.Monkey
         a, b = torch.rand(32, 32), torch.rand(32, 32)  # set-up between cases: must not be recorded
         torch.mm(a, b)  # a "verification" call outside the repeats
         case = Case(CaseRef(f"case{number}", "MatMulV2", "MatMulV2.csv", number + 2, "sig"), STATUS_READY)
-        collector.measure(case, lambda: torch.mm(a, b), repeats=5)
+        collector.measure(case.ref, lambda: torch.mm(a, b), repeats=5)
     results = collector.finish()
     assert [r.outcome for r in results] == ["passed"] * 3
     names = [event.name for event in stopped[0]]
@@ -243,7 +243,7 @@ def test_cpu_collector_labels_the_case_or_every_repeat(repeat_markers: bool, ran
     a, b = torch.rand(16, 16), torch.rand(16, 16)
     for number in range(2):
         case = Case(CaseRef(f"case{number}", "MatMulV2", "MatMulV2.csv", number + 2, "sig"), STATUS_READY)
-        collector.measure(case, lambda: torch.mm(a, b), repeats=4)
+        collector.measure(case.ref, lambda: torch.mm(a, b), repeats=4)
     results = collector.finish()
     assert [len(r.samples_us) for r in results] == [4, 4]
     assert all(r.outcome == "passed" for r in results)

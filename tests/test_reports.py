@@ -22,17 +22,26 @@ from pathlib import Path
 
 import pytest
 
-from perf_plugin.cases import make_case_id
 from perf_plugin.database.signature import signature_text
 from perf_plugin.replay.registry import signature_of
 from perf_plugin.report import environment
-from perf_plugin.report.environment import collect_env_spec, cpu_model, cudnn_text, nvidia_driver
+from perf_plugin.report.environment import (
+    collect_env_spec,
+    cpu_model,
+    cudnn_text,
+    nvidia_driver,
+)
 from perf_plugin.report.gap import GAP_COLUMNS, write_gap_csv
 from perf_plugin.report.markdown import render_replay_report
 from perf_plugin.report.plot import plot_gap
 from perf_plugin.report.run_json import build_run_report, write_run_report
 from perf_plugin.report.tally import tally_cases
-from perf_plugin.report.writer import coverage_table, format_coverage_table, report_timestamp, write_reports
+from perf_plugin.report.writer import (
+    coverage_table,
+    format_coverage_table,
+    report_timestamp,
+    write_reports,
+)
 from perf_plugin.results import (
     CaseRef,
     CaseResult,
@@ -43,6 +52,7 @@ from perf_plugin.results import (
     RunSummary,
     SampleStats,
 )
+from perf_plugin.run.cases import make_case_id
 
 LEVEL2 = Path(__file__).parent / "fixtures" / "ascend" / "kernel_details_level2_llm_train.csv"
 DATABASE_DIR = "database/data/ATLAS_800_A3_752T_128G_DIE/vllm_ascend/vllm0.18.0_torch2.9.0_cann8.5"

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from perf_plugin.replay.runner import MEMORY_HEADROOM, CaseSkip, ReplayRunner
+from perf_plugin.run.runner import MEMORY_HEADROOM, CaseSkip, ReplayRunner
 
 
 class CountingBackend:

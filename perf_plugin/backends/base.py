@@ -28,6 +28,11 @@ class Backend(ABC):
     def __init__(self, index: int = 0) -> None:
         self.index = index
 
+    @staticmethod
+    def device_count() -> int:
+        """Devices of this kind on the host (0 for the CPU: xdist workers share it)."""
+        return 0
+
     @abstractmethod
     def torch_device(self) -> "torch.device": ...
 

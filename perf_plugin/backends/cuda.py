@@ -22,6 +22,12 @@ class CudaBackend(Backend):
 
         return torch.cuda.is_available()
 
+    @staticmethod
+    def device_count() -> int:
+        import torch
+
+        return int(torch.cuda.device_count())
+
     def torch_device(self) -> "torch.device":
         import torch
 

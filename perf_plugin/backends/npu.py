@@ -50,6 +50,13 @@ class NpuBackend(Backend):
         except Exception:
             return False
 
+    @staticmethod
+    def device_count() -> int:
+        import_torch_npu()
+        import torch
+
+        return int(torch.npu.device_count())  # type: ignore[attr-defined]
+
     def torch_device(self) -> "torch.device":
         import_torch_npu()
         import torch

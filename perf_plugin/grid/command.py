@@ -28,6 +28,7 @@ from perf_plugin.grid.config import GridConfig, load_config
 from perf_plugin.grid.memory import budget_bytes
 from perf_plugin.grid.models import MODELS, parse_model_list
 from perf_plugin.grid.runner import GridRequest, KernelReport, run_grid
+from perf_plugin.usage import UsageError
 
 DEFAULT_ROOT = "database/data"
 
@@ -75,8 +76,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _usage_error(message: str) -> Exception:
-    from perf_plugin.cli import UsageError  # imported late: cli imports this module
-
     return UsageError(message)
 
 

@@ -19,12 +19,12 @@ import argparse
 import platform
 from pathlib import Path
 
-from perf_plugin.cli import UsageError
 from perf_plugin.database import paths
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.ingest import discover as disc
 from perf_plugin.ingest.merge import merge_into_database
 from perf_plugin.ingest.pipeline import IngestReport, ingest_path
+from perf_plugin.usage import UsageError
 
 DEFAULT_ROOT = Path(*paths.DEFAULT_ROOT_PARTS)
 

@@ -11,7 +11,7 @@ Two kinds of collectors:
 * **whole-run external** (msprof on an NPU): the whole pytest session runs under the external
   profiler; ``measure`` only runs the repeats (inside a labelled range where the device supports
   one) and returns nothing; at session end the controller reads the profiler's output and
-  matches its rows to database rows by signature (``perf_plugin.profiling.msprof_launch``
+  matches its rows to database rows by signature (``perf_plugin.run.msprof_launch``
   and ``perf_plugin.profiling.msprof_match``).
 
 Both implement ``Collector``; the plugin does not know which one it drives.
@@ -20,19 +20,16 @@ Both implement ``Collector``; the plugin does not know which one it drives.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from perf_plugin.results import CaseResult
-
-if TYPE_CHECKING:
-    from perf_plugin.cases import Case
+from perf_plugin.results import CaseRef, CaseResult
 
 
 class Collector(Protocol):
     kind: str  # "in-process" or "external"
 
-    def measure(self, case: "Case", run_once: Callable[[], Any], repeats: int, before_repeat: Callable[[], Any] | None = None) -> None:
-        """Run ``run_once`` ``repeats`` times as the case's timed region."""
+    def measure(self, ref: CaseRef, run_once: Callable[[], Any], repeats: int, before_repeat: Callable[[], Any] | None = None) -> None:
+        """Run ``run_once`` ``repeats`` times as the timed region of the case ``ref`` names."""
 
     def drain(self) -> list[CaseResult]:
         """Results that are complete now (may flush the profiler when a batch is full)."""

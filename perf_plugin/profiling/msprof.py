@@ -28,7 +28,7 @@ kernel the device ran), not from an in-process profiler.  Three pieces:
 3. **The matching** (``match_profile`` / ``msprof_results``, controller).
 
 The matching rules are in ``perf_plugin.profiling.msprof_match``; the launch and the
-controller side in ``perf_plugin.profiling.msprof_launch``.
+controller side in ``perf_plugin.run.msprof_launch``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ from perf_plugin.results import CaseRef, CaseResult
 
 if TYPE_CHECKING:
     from perf_plugin.backends.base import Backend
-    from perf_plugin.cases import Case
 
 CHILD_ENV = "PERF_MSPROF_CHILD"  # "1" in the session msprof runs: it must not launch msprof again
 RECORD_ENV = "PERF_MSPROF_RECORD"  # where that session records its cases and outcomes
@@ -107,12 +106,12 @@ class MsprofCollector:
 
     def measure(
         self,
-        case: "Case",
+        ref: CaseRef,
         run_once: Callable[[], Any],
         repeats: int,
         before_repeat: Callable[[], Any] | None = None,
     ) -> None:
-        range_id = self._range_start(case.ref.case_id)
+        range_id = self._range_start(ref.case_id)
         ran = 0
         try:
             for _ in range(repeats):
@@ -122,7 +121,7 @@ class MsprofCollector:
                 ran += 1
         finally:
             self._range_end(range_id)
-            self._record(MeasuredCase(case.ref, ran, time.time_ns()))
+            self._record(MeasuredCase(ref, ran, time.time_ns()))
 
     def drain(self) -> list[CaseResult]:
         return []

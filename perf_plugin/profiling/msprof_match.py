@@ -50,18 +50,14 @@ from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from perf_plugin.cases import make_case_id
+from perf_plugin.database.row_ids import make_case_id
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.kernel_types import validate_kernel_type
 from perf_plugin.database.schema import IDENTITY_COLUMNS
 from perf_plugin.database.signature import signature_text
 from perf_plugin.ingest.records import ProfiledKernel, read_prof_directory
-from perf_plugin.results import OUTCOME_FAILED, OUTCOME_PASSED, CaseRef, CaseResult, KernelTime
-
-if TYPE_CHECKING:
-    from perf_plugin.cases import Case
+from perf_plugin.results import OUTCOME_FAILED, OUTCOME_PASSED, CaseRef, CaseResult, HasCaseRef, KernelTime
 
 from perf_plugin.profiling.msprof import MeasuredCase, MsprofError
 from perf_plugin.replay.registry import catalog
@@ -207,7 +203,7 @@ def _measured_result(
     )
 
 
-def as_measured(cases: Iterable["MeasuredCase | Case"], repeat_count: int) -> list[MeasuredCase]:
+def as_measured(cases: Iterable[HasCaseRef], repeat_count: int) -> list[MeasuredCase]:
     """Measured cases as they are; collected cases that can run taken as ``repeat_count`` repeats."""
     measured = []
     for index, case in enumerate(cases):
@@ -220,7 +216,7 @@ def as_measured(cases: Iterable["MeasuredCase | Case"], repeat_count: int) -> li
 
 def match_profile(
     prof: str | Path | Sequence[str | Path],
-    cases: Iterable["MeasuredCase | Case"],
+    cases: Iterable[HasCaseRef],
     repeat_count: int,
     warmup_count: int,
     *,
@@ -293,7 +289,7 @@ def match_profile(
 
 def msprof_results(
     prof_dir: str | Path | Sequence[str | Path],
-    cases: Iterable["MeasuredCase | Case"],
+    cases: Iterable[HasCaseRef],
     repeat_count: int,
     warmup_count: int,
     *,

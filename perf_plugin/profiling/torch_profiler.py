@@ -52,11 +52,10 @@ from perf_plugin.profiling.attribution import (
     attribute_by_markers,
     attribute_cpu_ops,
 )
-from perf_plugin.results import OUTCOME_FAILED, OUTCOME_PASSED, CaseResult, KernelTime
+from perf_plugin.results import OUTCOME_FAILED, OUTCOME_PASSED, CaseRef, CaseResult, KernelTime
 
 if TYPE_CHECKING:
     from perf_plugin.backends.base import Backend
-    from perf_plugin.cases import Case
 
 
 def _range_factory() -> Callable[[str], contextlib.AbstractContextManager[Any]]:
@@ -116,7 +115,7 @@ def _cyclic_gc_paused() -> Iterator[None]:
 @dataclass
 class _Pending:
     number: int
-    case: "Case"
+    ref: CaseRef
     repeats: int
 
 
@@ -183,7 +182,7 @@ class TorchProfilerCollector:
     # ------------------------------------------------------------------ Collector API
     def measure(
         self,
-        case: "Case",
+        ref: CaseRef,
         run_once: Callable[[], Any],
         repeats: int,
         before_repeat: Callable[[], Any] | None = None,
@@ -199,7 +198,7 @@ class TorchProfilerCollector:
                 self._run_between_markers(number, run_once, repeats, before_repeat)
         finally:
             self._collect(False)
-        self._pending.append(_Pending(number, case, repeats))
+        self._pending.append(_Pending(number, ref, repeats))
 
     def _run_between_markers(
         self, number: int, run_once: Callable[[], Any], repeats: int, before_repeat: Callable[[], Any] | None
@@ -285,7 +284,7 @@ class TorchProfilerCollector:
     def _result(
         self, pending: _Pending, timings: dict[tuple[int, int], RepeatTiming], error: str | None = None
     ) -> CaseResult:
-        case = pending.case
+        ref = pending.ref
         samples: list[float] = []
         per_kernel: dict[str, list[int]] = {}
         for repeat in range(pending.repeats):
@@ -300,13 +299,13 @@ class TorchProfilerCollector:
         backend = self.backend.name
         if not samples or error is not None:
             reason = error or "the profiler attributed no device time to this case's repeats"
-            return CaseResult(case.ref, OUTCOME_FAILED, reason=reason, backend=backend)
+            return CaseResult(ref, OUTCOME_FAILED, reason=reason, backend=backend)
         measured = len(samples)
         kernels = tuple(
             KernelTime(name, total / 1000.0 / measured, count / measured)
             for name, (total, count) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])
         )
-        return CaseResult(case.ref, OUTCOME_PASSED, backend=backend, samples_us=tuple(samples), kernels=kernels)
+        return CaseResult(ref, OUTCOME_PASSED, backend=backend, samples_us=tuple(samples), kernels=kernels)
 
 
 def read_events(raw: Any, device_only: bool) -> list[RawEvent]:

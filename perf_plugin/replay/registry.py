@@ -163,10 +163,15 @@ def build_catalog(extra: Iterable[tuple[type[OpReplay], str]] = ()) -> KernelCat
 _current: KernelCatalog | None = None
 
 
-def refresh_catalog() -> KernelCatalog:
-    """Build the catalog anew (at the start of a run or command) and make it the current one."""
+def refresh_catalog(extra_modules: Iterable[ModuleType | str] = ()) -> KernelCatalog:
+    """Build the catalog anew (at the start of a run or command) and make it the current one;
+    ``extra_modules`` (modules or dotted names, from ``pytest_perf_replay_modules``) join it."""
     global _current
-    _current = build_catalog()
+    extra = []
+    for module in extra_modules:
+        loaded = importlib.import_module(module) if isinstance(module, str) else module
+        extra += [(cls, f"{loaded.__name__}:{cls.__qualname__}") for cls in replay_classes_in(loaded)]
+    _current = build_catalog(extra)
     return _current
 
 

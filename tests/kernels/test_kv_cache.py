@@ -21,15 +21,22 @@ import pytest
 import torch
 
 from perf_plugin.backends.cpu import CpuBackend
-from perf_plugin.cases import load_case_set
 from perf_plugin.profiling.msprof import MsprofCollector
 from perf_plugin.replay.api_call import bind_call, resolve_api
 from perf_plugin.replay.base import CaseBuildError
 from perf_plugin.replay.kernels.kv_cache import ReshapeAndCacheReplay
 from perf_plugin.replay.registry import get_replay
-from perf_plugin.replay.runner import CaseFailure, ReplayRunner
 from perf_plugin.replay.verify import VerificationError, verify_outputs
-from tests.kernels.support import kernel_row, meta_outputs, npu_call_of, op_mapping_api, replay_on_cpu, shapes
+from perf_plugin.run.cases import load_case_set
+from perf_plugin.run.runner import CaseFailure, ReplayRunner
+from tests.kernels.support import (
+    kernel_row,
+    meta_outputs,
+    npu_call_of,
+    op_mapping_api,
+    replay_on_cpu,
+    shapes,
+)
 
 IDENTITY = ("Input Shapes", "Input Data Types", "Input Formats", "Output Shapes", "Output Data Types", "Output Formats")
 

@@ -102,11 +102,11 @@ CHILD_BARE = GC_RECORDER + textwrap.dedent(
     import torch
     from pathlib import Path
     from perf_plugin.backends.select import resolve_backend
-    from perf_plugin.cases import load_case_set
+    from perf_plugin.run.cases import load_case_set
     from perf_plugin.profiling.torch_profiler import TorchProfilerCollector
     from perf_plugin.replay.cache_modes import effective_cache_mode
     from perf_plugin.replay.registry import get_replay
-    from perf_plugin.replay.runner import ReplayRunner
+    from perf_plugin.run.runner import ReplayRunner
     db, backend_name, repeats, out, cache_mode = sys.argv[1:6]
     GC_STATS["on"] = True
     start = time.perf_counter()
@@ -143,7 +143,7 @@ CHILD_EMPTY_TESTS = GC_RECORDER + STEADY_CLOCK + textwrap.dedent(
     test_file.write_text("import pytest\\n\\n@pytest.mark.parametrize('k', range(%d))\\ndef test_case(k):\\n    pass\\n" % cases)
     GC_STATS["on"] = True
     start = time.perf_counter()
-    # -p no:logging: what a run of replay cases does by default (perf_plugin.log_capture)
+    # -p no:logging: what a run of replay cases does by default (perf_plugin.run.log_capture)
     code = pytest.main([str(test_file), "-q", "-p", "no:cacheprovider", "-p", "no:logging", "--no-header",
                         "-o", "console_output_style=classic", *{extra!r}], plugins=[CLOCK])
     wall = time.perf_counter() - start
@@ -169,7 +169,7 @@ def write_database(directory: Path, cases: int) -> None:
 
 def small_cases(count: int) -> list:
     """The cases of ``count`` small Add rows (``write_database``), loaded in this process."""
-    from perf_plugin.cases import load_case_set
+    from perf_plugin.run.cases import load_case_set
     from perf_plugin.replay.registry import get_replay
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -43,7 +43,7 @@ def main() -> int:
 
     from perf_plugin.backends.select import resolve_backend
     from perf_plugin.profiling.torch_profiler import TorchProfilerCollector
-    from perf_plugin.replay.runner import ReplayRunner
+    from perf_plugin.run.runner import ReplayRunner
 
     backend = resolve_backend(args.backend)
     cases = small_cases(args.cases)

@@ -149,7 +149,7 @@ def make(name: str, backend: Any) -> Any:
 
 
 def run_variant(name: str, backend: Any, cases: list, repeats: int) -> tuple[float, float, dict[str, float], str]:
-    from perf_plugin.replay.runner import ReplayRunner
+    from perf_plugin.run.runner import ReplayRunner
 
     collector = make(name, backend)
     runner = ReplayRunner(backend, collector, repeats, 5, cache_mode="warm")

@@ -29,7 +29,7 @@ from bench_overhead import CHILD_BARE, CHILD_EMPTY_TESTS, CHILD_PYTEST, ROOT, wr
 PROFILED_RUN = """
 import cProfile, runpy, sys
 import pytest, torch
-import perf_plugin.plugin, perf_plugin.replay.runner, perf_plugin.profiling.torch_profiler
+import perf_plugin.plugin, perf_plugin.run.runner, perf_plugin.profiling.torch_profiler
 script, stats_file = sys.argv[1], sys.argv[2]
 sys.argv = [script, *sys.argv[3:]]
 profiler = cProfile.Profile()

@@ -14,17 +14,18 @@ file order, so ids are stable as long as the file's rows are.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from perf_plugin.database.errors import DatabaseError, IncompleteRow
 from perf_plugin.database.kernel_types import validate_kernel_type
 from perf_plugin.database.paths import list_kernel_csvs
+from perf_plugin.database.row_ids import make_case_id
 from perf_plugin.database.schema import (
     DURATION_PREFERENCE,
     PROFILING_AVERAGE,
@@ -34,14 +35,16 @@ from perf_plugin.database.schema import (
     parse_duration,
     row_has_valid_duration,
 )
-from perf_plugin.database.shapes import split_slots
-from perf_plugin.database.signature import normalise_dtype, signature_text
+from perf_plugin.database.signature import signature_text
 from perf_plugin.database.table import CsvTable
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.registry import signature_of
 from perf_plugin.replay.tensors import KernelRow, kernel_row_from_cells
 from perf_plugin.results import CaseRef
-from perf_plugin.session import CaseRecord
+from perf_plugin.run.state import CaseRecord
+
+if TYPE_CHECKING:
+    from perf_plugin.run.state import RunState
 
 STATUS_READY = "ready"
 STATUS_QUARANTINED = "quarantined"  # a cell cannot be parsed: set aside at write-back
@@ -50,7 +53,6 @@ STATUS_NO_REPLAY = "no-replay"  # kernel type has no replay: skipped, counted by
 STATUS_FILLED = "filled"  # update-mode missing-only and the row already has a duration
 STATUS_FILE_ERROR = "file-error"  # the whole file is unusable (missing columns): skipped, untouched
 
-MAX_ID_LENGTH = 120
 
 
 @dataclass(frozen=True)
@@ -74,36 +76,6 @@ class CaseSet:
 
     def by_status(self, status: str) -> list[Case]:
         return [c for c in self.cases if c.status == status]
-
-
-def _slot_text(cell: str) -> str:
-    slots = [s.strip().replace(",", "x") or "_" for s in split_slots(cell)]
-    while slots and slots[-1] == "_":
-        slots.pop()
-    return ",".join(slots) or "scalar"
-
-
-def _dtype_text(cell: str) -> str:
-    tokens = [normalise_dtype(t) for t in split_slots(cell)]
-    tokens = [t for t in tokens if t]
-    distinct: list[str] = []
-    for token in tokens:
-        if token not in distinct:
-            distinct.append(token)
-    return ",".join(distinct) or "none"
-
-
-def make_case_id(kernel_type: str, cells: dict[str, str]) -> str:
-    inputs = _slot_text(cells.get("Input Shapes", ""))
-    outputs = _slot_text(cells.get("Output Shapes", ""))
-    case_id = (
-        f"{kernel_type}-{inputs}-{_dtype_text(cells.get('Input Data Types', ''))}"
-        f"-to-{outputs}-{_dtype_text(cells.get('Output Data Types', ''))}"
-    )
-    if len(case_id) > MAX_ID_LENGTH:
-        digest = hashlib.sha1(case_id.encode()).hexdigest()[:8]
-        case_id = f"{case_id[: MAX_ID_LENGTH - 9]}~{digest}"
-    return case_id
 
 
 def _row_case(
@@ -292,3 +264,36 @@ def as_params(case_set: CaseSet) -> list["pytest.ParameterSet"]:
             marks.append(pytest.mark.skip(reason=f"{case.status}: {case.reason}"))
         params.append(pytest.param(case, id=case.ref.case_id, marks=marks))
     return params
+
+
+def collect_case_set(state: RunState, extra_replay_modules: Iterable[Any] = ()) -> CaseSet:
+    """The run's cases, read once per process from its database directory (kept in the state).
+
+    Seeding from the shipped sample happens here, not at configure time, so that runs which
+    collect no replay test (a project's own tests, collective-only runs) never create database
+    directories; it is idempotent under the database lock, so xdist workers may race for it.
+    Raises DatabaseError, with the catalog's errors (a broken replay entry point) among them.
+    """
+    from perf_plugin.backends.select import backend_class
+    from perf_plugin.replay.op_mapping import replay_lookup_for
+    from perf_plugin.replay.registry import CatalogError, refresh_catalog
+    from perf_plugin.run.location import seed_from_sample
+
+    seeded = seed_from_sample(state.location, state.settings.database_root, state.settings.lock_timeout)
+    if seeded:
+        state.notes.append(seeded)
+        state.unsent_notes.append(seeded)
+    try:
+        kernels = refresh_catalog(extra_replay_modules)  # the replays installed now, entry points included
+        lookup, replay_type = replay_lookup_for(state.location.directory, kernels)
+    except CatalogError as exc:
+        raise DatabaseError(str(exc)) from None
+    state.case_set = load_case_set(
+        state.location.directory,
+        lookup,
+        state.settings.update_mode,
+        replay_type=replay_type,
+        named_apis=backend_class(state.backend_name).launches_named_apis,
+    )
+    state.notes.extend(state.case_set.messages)
+    return state.case_set

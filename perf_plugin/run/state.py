@@ -19,8 +19,8 @@ from perf_plugin.results import CaseRef, CaseResult
 
 if TYPE_CHECKING:
     from perf_plugin.backends.base import Backend
-    from perf_plugin.cases import CaseSet
     from perf_plugin.profiling.collector import Collector
+    from perf_plugin.run.cases import CaseSet
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.atomic import atomic_write_text
 from perf_plugin.results import OUTCOME_FAILED, CaseResult
-from perf_plugin.session import CaseRecord
+from perf_plugin.run.state import CaseRecord
 
 if TYPE_CHECKING:
-    from perf_plugin.cases import Case
-    from perf_plugin.session import RunState
+    from perf_plugin.run.cases import Case
+    from perf_plugin.run.state import RunState
 
 from perf_plugin.profiling.msprof import (
     CHILD_ENV,
@@ -173,7 +173,7 @@ def external_run(
     ``cases`` are the collected (node id, case) pairs.  Raises MsprofError with one line when
     nothing can be measured; nothing is written by this function.
     """
-    from perf_plugin.cases import record_of
+    from perf_plugin.run.cases import record_of
 
     outcome = ExternalOutcome()
     kernel_types = {case.ref.kernel_type for _, case in cases}

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from perf_plugin.cases import Case
-from perf_plugin.replay.runner import CaseFailure, CaseSkip, ReplayRunner
 from perf_plugin.results import OUTCOME_FAILED, CaseResult
-from perf_plugin.session import RunState
+from perf_plugin.run.cases import Case
+from perf_plugin.run.runner import CaseFailure, CaseSkip, ReplayRunner
+from perf_plugin.run.state import RunState
 
 
 @dataclass

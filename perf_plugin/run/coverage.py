@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from perf_plugin.cases import STATUS_READY
-from perf_plugin.session import CaseRecord
+from perf_plugin.run.cases import STATUS_READY
+from perf_plugin.run.state import CaseRecord
 
 WEIGHT_ROWS = "rows"
 WEIGHT_TIME = "time"

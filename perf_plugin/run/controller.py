@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from perf_plugin.cases import STATUS_NO_REPLAY, STATUS_QUARANTINED, STATUS_UNSUPPORTED
-from perf_plugin.coverage import WEIGHT_TIME, coverage_by_kernel, format_coverage, overall_fraction
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.replay.cache_modes import effective_cache_mode
 from perf_plugin.results import (
@@ -26,13 +24,25 @@ from perf_plugin.results import (
     QuarantinedRow,
     RunSummary,
 )
-from perf_plugin.session import RunState
-from perf_plugin.writeback import WritebackRequest, write_back
+from perf_plugin.run.cases import (
+    STATUS_NO_REPLAY,
+    STATUS_QUARANTINED,
+    STATUS_UNSUPPORTED,
+)
+from perf_plugin.run.coverage import (
+    WEIGHT_TIME,
+    coverage_by_kernel,
+    format_coverage,
+    overall_fraction,
+)
+from perf_plugin.run.state import RunState
+from perf_plugin.run.writeback import WritebackRequest, write_back
 
 
 @dataclass
 class FinishOutcome:
     lines: list[str] = field(default_factory=list)
+    summary: RunSummary | None = None  # None when nothing ran (collect-only, no records)
     coverage_failed: bool = False
     writeback_failed: bool = False
 
@@ -131,6 +141,7 @@ def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None
         return outcome
 
     summary = build_summary(state, command or sys.argv)
+    outcome.summary = summary
     summary.coverage = fraction
     summary.coverage_time = time_fraction
     timestamp = _timestamp()

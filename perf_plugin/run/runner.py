@@ -28,10 +28,10 @@ from perf_plugin.replay.verify import VerificationError, verify_outputs
 
 if TYPE_CHECKING:
     from perf_plugin.backends.base import Backend
+    from perf_plugin.profiling.collector import Collector
     from perf_plugin.replay.base import OpReplay
     from perf_plugin.replay.tensors import KernelRow
-    from perf_plugin.cases import Case
-    from perf_plugin.profiling.collector import Collector
+    from perf_plugin.run.cases import Case
 
 # Device memory a case may use, as a multiple of its row's input+output bytes: the op's own
 # outputs during verification and timing, plus temporaries inside composite ops.
@@ -161,7 +161,7 @@ class ReplayRunner:
                 raise
             for _ in range(self.warmup_count):
                 run_once()
-            self.collector.measure(case, run_once, self.repeat_count, self._before_repeat())
+            self.collector.measure(case.ref, run_once, self.repeat_count, self._before_repeat())
             del run_once, function, call_args  # releases rotating copies of the inputs with the inputs
         finally:
             del args

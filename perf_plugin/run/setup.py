@@ -1,0 +1,106 @@
+"""Where a run's state comes from: its settings, the device, the database directory.
+
+The controller keeps the resolved settings at configure time and identifies the device (which
+imports torch) only when the run needs it (``ensure_run_state``): a test asks for a replay case,
+xdist starts workers, or the machine may run msprof.  Each xdist worker gets the controller's
+device identity through ``workerinput`` and one device of its own (``pin_worker_device``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable
+
+import pytest
+
+from perf_plugin import options
+from perf_plugin.backends.select import backend_class
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.replay.cache_modes import effective_cache_mode
+from perf_plugin.run.location import DeviceIdentity, describe_location, resolve_location
+from perf_plugin.run.state import RUN_STATE, RunState
+
+CONFIG_ERROR = pytest.StashKey[str]()  # why no state could be resolved (raised only if a case needs one)
+SETTINGS = pytest.StashKey[options.Settings]()
+
+
+def is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def identify_device(settings: options.Settings) -> DeviceIdentity:
+    from perf_plugin.backends.select import resolve_backend
+
+    backend = resolve_backend(settings.backend, ascend_device=settings.device)
+    version = backend.accelerator_version()
+    return DeviceIdentity(backend.name, backend.device_name(), version[1] if version else None)
+
+
+def pin_worker_device(identity: DeviceIdentity, workerinput: dict) -> None:
+    """Worker: one device per worker, chosen before the device runtime initialises."""
+    variable = backend_class(identity.backend).visible_devices_var
+    count = int(workerinput.get("perf_device_count", 0))
+    if variable is None or count < 2:
+        return
+    worker = int(str(workerinput.get("workerid", "gw0")).lstrip("gw") or 0)
+    visible = [d for d in os.environ.get(variable, "").split(",") if d.strip()] or [str(i) for i in range(count)]
+    os.environ[variable] = visible[worker % len(visible)]
+
+
+def may_run_msprof(settings: options.Settings) -> bool:
+    if settings.prof_path or settings.backend == "npu":
+        return True
+    return settings.backend == "auto" and importlib.util.find_spec("torch_npu") is not None
+
+
+def ensure_run_state(config: pytest.Config) -> RunState | None:
+    """Controller: the run state, identifying the device on first use (None: it cannot be
+    resolved; the reason is kept and raised only if a replay test is collected)."""
+    state = config.stash.get(RUN_STATE, None)
+    if state is not None or CONFIG_ERROR in config.stash or SETTINGS not in config.stash:
+        return state
+    settings = config.stash[SETTINGS]
+    return start_run(config, settings, lambda: identify_device(settings))
+
+
+def start_run(
+    config: pytest.Config, settings: options.Settings, identify: Callable[[], DeviceIdentity]
+) -> RunState | None:
+    try:
+        identity = identify()
+        location = resolve_location(settings, identity)
+    except (DatabaseError, RuntimeError, ValueError) as exc:
+        # Raised later, and only if a replay test is collected: unrelated runs must not fail.
+        config.stash[CONFIG_ERROR] = str(exc)
+        return None
+    state = RunState(settings, location, identity.backend, identity.device_name)
+    config.stash[RUN_STATE] = state
+    return state
+
+
+def no_local_workers(config: pytest.Config) -> None:
+    """Controller, msprof or --perf-prof-path: xdist workers belong to the session under msprof."""
+    config.option.dist = "no"
+    config.option.tx = []
+    if config.pluginmanager.has_plugin("dsession"):  # xdist configured before this plugin
+        config.pluginmanager.unregister(name="dsession")
+
+
+def device_count(backend: str) -> int:
+    """Devices the controller hands out to xdist workers, one each (0: they share the CPU)."""
+    return backend_class(backend).device_count()
+
+
+def header_lines(config: pytest.Config) -> list[str]:
+    state = config.stash.get(RUN_STATE, None)
+    if state is None or state.header_shown:
+        return []
+    state.header_shown = True
+    lines = [
+        f"perf: backend {state.backend_name} ({state.device_name}), "
+        f"{state.settings.repeat_count} repeats after {state.settings.warmup_count} warm-up, "
+        f"{effective_cache_mode(state.settings.cache_mode, state.backend_name)} cache",
+        f"perf: database {describe_location(state.location)}",
+    ]
+    return lines + [f"perf: {note}" for note in state.notes]
