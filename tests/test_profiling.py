@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from perf_plugin.backends.cpu import CpuBackend
@@ -12,6 +14,7 @@ from perf_plugin.profiling.attribution import (
     attribute_cpu_ops,
     split_repeats,
 )
+from perf_plugin.backends.cuda import CudaBackend
 from perf_plugin.profiling.torch_profiler import TorchProfilerCollector
 from perf_plugin.results import CaseRef
 from perf_plugin.run.cases import STATUS_READY, Case
@@ -99,8 +102,11 @@ def test_split_repeats_rules() -> None:
     assert split_repeats([a], 0) is None
 
 
-class _FakeCudaBackend:
-    name = "cuda"
+class _FakeCudaBackend(CudaBackend):
+    """The CUDA backend's declarations, on a machine without a GPU."""
+
+    def marker(self) -> Any:
+        return lambda: None  # replaced by each test
 
     def synchronize(self) -> None:
         pass

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -24,6 +25,16 @@ class Backend(ABC):
     # Whether replays launch their kernels through the API op_mapping.yaml names (an NPU, where a
     # torch composition would record other kernel types) rather than their portable ``run``.
     launches_named_apis: bool = False
+    # What ``--perf-cache-mode auto`` means here (perf_plugin.replay.cache_modes says why).
+    auto_cache_mode: str = "warm"
+    # The torch.profiler activity that records this backend's kernels (a ProfilerActivity name),
+    # and whether the in-process collector switches collection on only around the timed repeats
+    # (the CPU, where every operator is an event) rather than for the whole batch.
+    profiler_activity: str = "CPU"
+    collection_toggles: bool = False
+    # How the derived database path names this backend's stack version (perf_plugin.run.location):
+    # "cpu" (torch only), "cuda" (torch and CUDA) or "ascend" (vllm, torch and CANN).
+    version_scheme: str = "cpu"
 
     def __init__(self, index: int = 0) -> None:
         self.index = index
@@ -71,6 +82,11 @@ class Backend(ABC):
     def format_cast(self, tensor: "torch.Tensor", acl_format: int) -> "torch.Tensor":
         """``tensor`` in a private storage format (only an NPU has them)."""
         raise NotImplementedError(f"the {self.name} backend has no private storage formats")
+
+    def marker(self) -> Callable[[], Any] | None:
+        """A launch of a tiny kernel of its own that delimits a case's repeats on the device
+        timeline (None: the backend's profiler has labelled ranges instead)."""
+        return None
 
     def describe(self) -> str:
         return f"{self.name} ({self.device_name()})"

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 class CpuBackend(Backend):
     name = "cpu"
     ccl = "gloo"
+    collection_toggles = True
 
     def torch_device(self) -> "torch.device":
         import torch

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from perf_plugin.backends.base import Backend
 from perf_plugin.database.paths import sanitise_device_name
@@ -15,6 +16,9 @@ class CudaBackend(Backend):
     name = "cuda"
     ccl = "nccl"
     visible_devices_var = "CUDA_VISIBLE_DEVICES"
+    auto_cache_mode = "rotate"
+    profiler_activity = "CUDA"
+    version_scheme = "cuda"
 
     @staticmethod
     def available() -> bool:
@@ -27,6 +31,11 @@ class CudaBackend(Backend):
         import torch
 
         return int(torch.cuda.device_count())
+
+    def marker(self) -> Callable[[], Any] | None:
+        import torch
+
+        return lambda: torch.cuda._sleep(1)  # a spin of one cycle: the cheapest kernel there is
 
     def torch_device(self) -> "torch.device":
         import torch

@@ -34,6 +34,7 @@ class NpuBackend(Backend):
     ccl = "hccl"
     visible_devices_var = "ASCEND_RT_VISIBLE_DEVICES"
     collector = "msprof"
+    version_scheme = "ascend"
     launches_named_apis = True
 
     def __init__(self, index: int = 0, device_label: str = DEFAULT_ASCEND_DEVICE) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping
 
+from perf_plugin.backends.select import BACKEND_CLASSES
 from perf_plugin.comm.settings import CommConfigError, CommSettings
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.paths import DEFAULT_ASCEND_DEVICE, comm_directory, sanitise_device_name
@@ -39,14 +40,10 @@ class CclSpec:
         return {"backend": self.ccl, "init_method": "env://", "timeout": timedelta(seconds=timeout_s)}
 
 
+# Each device backend declares its collective library and visible-devices variable.
 CCL_SPECS: Mapping[str, CclSpec] = MappingProxyType(
-    {
-        "gloo": CclSpec("gloo", "cpu", None),
-        "nccl": CclSpec("nccl", "cuda", "CUDA_VISIBLE_DEVICES"),
-        "hccl": CclSpec("hccl", "npu", "ASCEND_RT_VISIBLE_DEVICES"),
-    }
+    {cls.ccl: CclSpec(cls.ccl, cls.name, cls.visible_devices_var) for cls in BACKEND_CLASSES.values()}
 )
-_DEVICE_BACKEND_CCL = MappingProxyType({"cpu": "gloo", "cuda": "nccl", "npu": "hccl"})
 
 
 def _npu_available() -> bool:
@@ -67,8 +64,8 @@ def select_ccl(choice: str, device_backend: str | None = None) -> CclSpec:
     """``--comm-backend`` (gloo/nccl/hccl) wins; else the device ``--backend``; else detection."""
     if choice != "auto":
         return CCL_SPECS[choice]
-    if device_backend in _DEVICE_BACKEND_CCL:
-        return CCL_SPECS[_DEVICE_BACKEND_CCL[device_backend]]
+    if device_backend in BACKEND_CLASSES:
+        return CCL_SPECS[BACKEND_CLASSES[device_backend].ccl]
     if _npu_available():
         return CCL_SPECS["hccl"]
     import torch

@@ -102,7 +102,7 @@ class MsprofCollector:
         self.measured: list[MeasuredCase] = []
         record = record_dir if record_dir is not None else os.environ.get(RECORD_ENV)
         self.log_path = Path(record) / f"{CASE_LOG_PREFIX}{os.getpid()}.jsonl" if record else None
-        self._mstx = _mstx() if backend.name == "npu" else None
+        self._mstx = _mstx() if backend.collector == "msprof" else None
 
     def measure(
         self,
@@ -180,7 +180,9 @@ def external_mode(prof_path: Path | None, backend_name: str, environ: Mapping[st
         return None
     if prof_path is not None:
         return MODE_READ
-    if backend_name == "npu":
+    from perf_plugin.backends.select import backend_class
+
+    if backend_class(backend_name).collector == "msprof":
         return MODE_LAUNCH
     return None
 

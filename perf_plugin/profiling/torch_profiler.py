@@ -133,15 +133,11 @@ class TorchProfilerCollector:
         self._range = _range_factory()
         self._segments: list[Segment] = []
         self._span_repeats: dict[int, int] = {}  # CPU: case number -> repeats timed in one range
-        self._marker: Callable[[], Any] | None = None
-        if backend.name == "cuda":
-            import torch
-
-            self._marker = lambda: torch.cuda._sleep(1)
-        self._toggles = backend.name == "cpu"  # collection only around the timed repeats
+        self._marker: Callable[[], Any] | None = backend.marker()
+        self._toggles = backend.collection_toggles  # collection only around the timed repeats
         from torch.profiler import ProfilerActivity
 
-        self._activities = [ProfilerActivity.CUDA if backend.name == "cuda" else ProfilerActivity.CPU]
+        self._activities = [getattr(ProfilerActivity, backend.profiler_activity)]
 
     # ------------------------------------------------------------------ profiler lifecycle
 

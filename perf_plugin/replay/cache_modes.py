@@ -15,7 +15,7 @@ copies never built (``rotation_plan``).  So a cycle of 1024 copies costs 35 copi
 
 Which mode is closest to the durations the same kernels had inside a real model run is a
 measurement (``tests/perf/cache_modes_vs_model.py``); ``auto``, the default, follows it per
-backend (``AUTO_CACHE_MODE``).
+backend (``Backend.auto_cache_mode``).
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ from typing import Any
 
 CACHE_MODES = ("auto", "warm", "cold", "rotate")
 DEFAULT_CACHE_MODE = "auto"
-# What ``auto`` means per backend.  CUDA: measured on an H100 against four Llama-3.1-8B decoder
+# What ``auto`` means per backend (``Backend.auto_cache_mode``).  CUDA: measured on an H100 against four Llama-3.1-8B decoder
 # layers profiled in a model run (README, "Cache modes").  The CPU and NPUs stay warm: on the CPU
 # no mode was measured closer, and rotating copies of a last-level cache of hundreds of MB would
 # cost memory and time; under msprof the other modes' extra kernels would be counted.
-AUTO_CACHE_MODE = {"cuda": "rotate"}
 # Larger than any current accelerator's last-level cache (H100 50 MB, H200 60 MB, B200 126 MB,
 # Ascend 910B 192 MB): the size of the cold-mode flush when the device does not report its own.
 FALLBACK_CACHE_BYTES = 256 * 1024 * 1024
@@ -43,7 +42,9 @@ def effective_cache_mode(setting: str, backend_name: str) -> str:
     """The mode a run uses: ``setting`` itself, or for ``auto`` the backend's measured choice."""
     if setting != "auto":
         return setting
-    return AUTO_CACHE_MODE.get(backend_name, "warm")
+    from perf_plugin.backends.select import backend_class
+
+    return backend_class(backend_name).auto_cache_mode
 
 
 def tensor_bytes(value: Any) -> int:

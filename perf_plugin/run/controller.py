@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from perf_plugin.backends.select import backend_class
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.replay.cache_modes import effective_cache_mode
 from perf_plugin.results import (
@@ -83,7 +84,7 @@ def merged_results(state: RunState) -> list[CaseResult]:
 
 def device_ids(state: RunState) -> list[int]:
     """Devices the run used: the visible accelerator ids, one per worker (none on the CPU)."""
-    variable = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}.get(state.backend_name)
+    variable = backend_class(state.backend_name).visible_devices_var
     if variable is None:
         return []
     visible = [int(d) for d in os.environ.get(variable, "").split(",") if d.strip().isdigit()]

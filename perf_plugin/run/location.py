@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from perf_plugin.backends.select import backend_class
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.lock import database_lock
 from perf_plugin.database.paths import (
@@ -42,7 +43,8 @@ def resolve_location(settings: Settings, identity: DeviceIdentity) -> DatabaseLo
     if settings.database_path is not None:
         return explicit_location(settings.database_path)
     torch_version = settings.torch_version or running_torch_version()
-    if identity.backend == "npu":
+    scheme = backend_class(identity.backend).version_scheme
+    if scheme == "ascend":
         missing = [
             name
             for name, value in (("--vllm-version", settings.vllm_version), ("--cann-version", settings.cann_version))
@@ -61,7 +63,7 @@ def resolve_location(settings: Settings, identity: DeviceIdentity) -> DatabaseLo
         )
     stack = "vllm" if settings.vllm_version else "torch"
     device = settings.device or identity.device_name
-    if identity.backend == "cuda":
+    if scheme == "cuda":
         cuda = settings.cuda_version or identity.accelerator_version or "unknown"
         version_dir = cuda_version_dir(torch_version, cuda, settings.vllm_version)
     else:

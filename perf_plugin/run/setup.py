@@ -49,8 +49,10 @@ def pin_worker_device(identity: DeviceIdentity, workerinput: dict) -> None:
 
 
 def may_run_msprof(settings: options.Settings) -> bool:
-    if settings.prof_path or settings.backend == "npu":
+    if settings.prof_path:
         return True
+    if settings.backend != "auto":
+        return backend_class(settings.backend).collector == "msprof"
     return settings.backend == "auto" and importlib.util.find_spec("torch_npu") is not None
 
 
