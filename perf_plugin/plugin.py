@@ -7,7 +7,7 @@ are pytest-xdist's worker processes; without xdist the controller also runs the 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
@@ -148,13 +148,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if state.case_set is None:
         try:
             answers = metafunc.config.hook.pytest_perf_replay_modules(config=metafunc.config)
-            collect_case_set(state, [module for modules in answers for module in modules])
+            case_set = collect_case_set(state, [module for modules in answers for module in modules])
         except DatabaseError as exc:
             raise _collection_error(str(exc)) from None
-    params = as_params(state.case_set)
+    else:
+        case_set = state.case_set
+    params = as_params(case_set)
     if not params:
         # say why, when files were there but none gave a row (not UTF-8, a bad kernel-type name, ...)
-        reasons = "".join(f"\n  {message}" for message in state.case_set.messages)
+        reasons = "".join(f"\n  {message}" for message in case_set.messages)
         raise _collection_error(f"no kernel rows in {state.location.directory}{reasons}")
     metafunc.parametrize(CASE_FIXTURE, params)
 
@@ -213,7 +215,9 @@ def perf_runner():  # type: ignore[no-untyped-def]
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """Process that runs tests: attach the case and finished results to the teardown report."""
     report = yield
     case = case_of(item)

@@ -16,11 +16,15 @@ from typing import Any, Protocol
 
 from perf_plugin.database.kernel_breakdown import KernelDifference, kernel_difference
 
-class HasCaseRef(Protocol):
-    """Anything that carries a case's identity (a collected case, a case measured under msprof)."""
+class CollectedCase(Protocol):
+    """A case as the collection made it (``perf_plugin.run.cases.Case``), seen from the layers
+    below the run: its identity, and whether it can run."""
 
     @property
     def ref(self) -> CaseRef: ...
+
+    @property
+    def runnable(self) -> bool: ...
 
 
 OUTCOME_PASSED = "passed"

@@ -35,7 +35,7 @@ class CudaBackend(Backend):
     def marker(self) -> Callable[[], Any] | None:
         import torch
 
-        return lambda: torch.cuda._sleep(1)  # a spin of one cycle: the cheapest kernel there is
+        return lambda: torch.cuda._sleep(1)  # type: ignore[no-untyped-call]  # one spin cycle: the cheapest kernel
 
     def torch_device(self) -> "torch.device":
         import torch

@@ -9,7 +9,7 @@ device.  Timing on an NPU comes from msprof's ``op_summary`` (the whole pytest s
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perf_plugin.backends.base import Backend
 from perf_plugin.database.paths import DEFAULT_ASCEND_DEVICE
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import torch
 
 
-def import_torch_npu():  # type: ignore[no-untyped-def]
+def import_torch_npu() -> Any:
     """Import torch_npu or raise a clear error (no traceback for a missing optional package)."""
     try:
         import torch_npu  # noqa: F401  (registers the 'npu' device with torch)

@@ -112,7 +112,7 @@ def ccl_version(spec: CclSpec, settings: CommSettings) -> str:
     import torch
 
     if spec.ccl == "nccl":
-        return ".".join(str(part) for part in torch.cuda.nccl.version())
+        return ".".join(str(part) for part in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
     return torch.__version__.split("+", 1)[0]
 
 

@@ -35,8 +35,8 @@ class CommDtype:
     def exact_integer_limit(self) -> int:
         """Largest n such that every integer in [0, n] is representable exactly."""
         if not self.floating:
-            return 2 ** (8 * self.itemsize - 1) - 1
-        return 2 ** (self.mantissa_bits + 1)
+            return int(2 ** (8 * self.itemsize - 1)) - 1  # int: typeshed types a power as Any
+        return int(2 ** (self.mantissa_bits + 1))
 
 
 COMM_DTYPES: Mapping[str, CommDtype] = MappingProxyType(

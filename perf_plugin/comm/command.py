@@ -24,7 +24,7 @@ from perf_plugin.database.schema import format_number
 DEFAULT_THRESHOLD = 0.1
 
 
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "validate-comm",
         help="compare two collective databases and report deviations",

@@ -91,8 +91,8 @@ def _shared_option(config: pytest.Config, dest: str, env: str) -> str | None:
     """An option of the main plugin (``--device``, ``--cann-version`` ...) or its environment variable."""
     value = config.getoption(dest, default=None)
     if value in (None, ""):
-        value = os.environ.get(env) or None
-    return value
+        return os.environ.get(env) or None
+    return str(value)
 
 
 def _settings(config: pytest.Config) -> CommSettings:
@@ -229,7 +229,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     state = config.stash.get(STATE, None)
     if state is None or state.active:
         return
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         (drop if _is_collective(item) else keep).append(item)
     if drop:

@@ -95,7 +95,7 @@ class CommRunner:
             else:
                 # a world of one, no torchrun: an in-memory store needs no address or port
                 dist.init_process_group(
-                    backend=self.spec.ccl, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout
+                    backend=self.spec.ccl, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout  # type: ignore[attr-defined]
                 )
             self._owns_default_group = True
         if dist.get_world_size() != self.plan.world_size:
@@ -108,7 +108,7 @@ class CommRunner:
             if size == self.plan.world_size:
                 self.groups[size] = dist.group.WORLD
             else:
-                self.groups[size], _ = dist.new_subgroups(group_size=size, timeout=timeout)
+                self.groups[size], _ = dist.new_subgroups(group_size=size, timeout=timeout)  # type: ignore[no-untyped-call]
         if self.settings.mode == "kernel":
             warm_up_profiler(self.spec.device_type)
         self._started = True

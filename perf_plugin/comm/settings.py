@@ -176,7 +176,7 @@ def build_settings(
     tier: int | None = None
     if topology_tier not in (None, ""):
         try:
-            tier = int(topology_tier)  # type: ignore[arg-type]
+            tier = int(topology_tier)
         except ValueError:
             tier = -1
         if tier not in TIERS:
@@ -199,13 +199,13 @@ def build_settings(
             counts[option] = default  # type: ignore[assignment]
             continue
         try:
-            counts[option] = int(raw)  # type: ignore[arg-type]
+            counts[option] = int(raw)
         except ValueError:
             raise CommConfigError(f"{option}: {raw!r} is not an integer") from None
         if counts[option] < low:
             raise CommConfigError(f"{option}: {raw} is below {low}")
     try:
-        timeout = float(timeout_s) if timeout_s not in (None, "") else DEFAULT_TIMEOUT_S  # type: ignore[arg-type]
+        timeout = float(timeout_s) if timeout_s not in (None, "") else DEFAULT_TIMEOUT_S
     except ValueError:
         raise CommConfigError(f"--comm-timeout: {timeout_s!r} is not a number of seconds") from None
     if not timeout > 0:

@@ -79,7 +79,7 @@ def _profiled_spans(
     sync: Callable[[], None],
     hold: Callable[[], None] | None = None,
 ) -> list[tuple[float, float]]:
-    from torch.autograd import DeviceType
+    from torch._C._autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device_type == "cuda"

@@ -33,7 +33,7 @@ from perf_plugin.usage import UsageError
 DEFAULT_ROOT = "database/data"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser(
         "grid",
         help="append generated shape rows (theory grid) to a database directory",

@@ -28,7 +28,7 @@ from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.shapes import QuoteStyle, Shape, format_shape_cell, parse_shape_cell, split_slots
 from perf_plugin.database.signature import normalise_dtype, normalise_format
 from perf_plugin.database.table import CsvTable
-from perf_plugin.grid.config import KernelRoute, Pattern
+from perf_plugin.grid.config import KernelRoute, Pattern, SlotSpec
 from perf_plugin.replay.tensors import DTYPES
 
 # Format names that imply a rank; a generated tensor of another rank gets ND instead.
@@ -197,7 +197,7 @@ def _score(pattern: Pattern, source: SourceStructure) -> tuple[int, int, int, in
     return dtype_hits, rank_hits, source.count, -source.first_row
 
 
-def _formats(tokens: tuple[str, ...], slots: tuple, all_tokens: tuple[str, ...]) -> tuple[str, ...]:
+def _formats(tokens: tuple[str, ...], slots: tuple[SlotSpec, ...], all_tokens: tuple[str, ...]) -> tuple[str, ...]:
     nd = "FORMAT_ND" if any(t.upper().startswith("FORMAT_") for t in all_tokens) else "ND"
     out = []
     for i, token in enumerate(tokens):
@@ -209,7 +209,7 @@ def _formats(tokens: tuple[str, ...], slots: tuple, all_tokens: tuple[str, ...])
     return tuple(out)
 
 
-def _itemsizes(dtypes: tuple[str, ...], slots: tuple) -> tuple[int, ...]:
+def _itemsizes(dtypes: tuple[str, ...], slots: tuple[SlotSpec, ...]) -> tuple[int, ...]:
     sizes = []
     for i, token in enumerate(dtypes):
         present = i < len(slots) and slots[i].present
@@ -220,7 +220,7 @@ def _itemsizes(dtypes: tuple[str, ...], slots: tuple) -> tuple[int, ...]:
 def default_layout(route: KernelRoute, pattern: Pattern) -> RowLayout:
     """The documented default structure for a kernel type with no fitting source row."""
 
-    def side(slots: tuple) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def side(slots: tuple[SlotSpec, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         dtypes = tuple(profiler_dtype(s.dtype) if s.dtype else UNDEFINED_DTYPE for s in slots)
         formats = tuple("ND" if (s.present or s.dtype) else UNDEFINED_FORMAT for s in slots)
         return dtypes, formats

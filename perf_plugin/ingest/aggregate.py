@@ -137,7 +137,11 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     rows: list[AggregatedRow] = []
     first_cells = first.to_numpy(dtype=object)
     means_table = counter_means.to_numpy(dtype=float) if counters else None
-    for i, (key, stat) in enumerate(zip(stats.index, stats.itertuples(index=False))):
+    counts = stats["count"].to_numpy(dtype=np.int64)
+    averages, medians = stats["average"].to_numpy(dtype=float), stats["median"].to_numpy(dtype=float)
+    stds = stats["std"].to_numpy(dtype=float)
+    kernel_cells = stats["kernels"].tolist() if "kernels" in stats.columns else [""] * len(stats)
+    for i, key in enumerate(stats.index):
         cells = dict(zip(group_key, (_text(v) for v in key)))
         kernel_type = cells.pop(col.TYPE)
         for j, name in enumerate(_FROM_FIRST_SAMPLE):
@@ -149,14 +153,14 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
             AggregatedRow(
                 kernel_type=kernel_type,
                 cells=identity,
-                count=int(stat.count),
-                average=float(stat.average),
-                median=float(stat.median),
-                std=None if pd.isna(stat.std) else float(stat.std),
+                count=int(counts[i]),
+                average=float(averages[i]),
+                median=float(medians[i]),
+                std=None if math.isnan(stds[i]) else float(stds[i]),
                 counters={
                     name: (None if math.isnan(means[j]) else float(means[j])) for j, name in enumerate(counters)
                 },
-                kernels=getattr(stat, "kernels", ""),
+                kernels=str(kernel_cells[i]),
             )
         )
     # One CSV per kernel type: keep each type's rows together, types in order of first appearance.

@@ -29,7 +29,7 @@ from perf_plugin.usage import UsageError
 DEFAULT_ROOT = Path(*paths.DEFAULT_ROOT_PARTS)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser(
         "ingest",
         help="turn profiler output into per-kernel database CSVs",

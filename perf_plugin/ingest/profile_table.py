@@ -123,7 +123,7 @@ def _category_map(series: pd.Series, func: Callable[[str], str]) -> pd.Series:
     code_map = np.array([position[c] for c in categories] + [-1], dtype=np.int64)
     codes = series.cat.codes.to_numpy().astype(np.int64)  # -1 for missing indexes the trailing -1
     return pd.Series(
-        pd.Categorical.from_codes(code_map[codes], categories=unique), index=series.index, name=series.name
+        pd.Categorical.from_codes(code_map[codes], categories=unique)  # type: ignore[call-overload]  # stubs want a list; an int array is what pandas takes fastest, index=series.index, name=series.name
     )
 
 
@@ -150,7 +150,7 @@ def _to_samples(frame: pd.DataFrame, counters: list[str], path: Path, kind: str)
     comm_counts: Counter[str] = Counter()
     if communication.any():
         comm_types = raw_type[communication].astype(str).str.strip()
-        comm_counts.update(comm_types.value_counts().to_dict())
+        comm_counts.update({str(name): int(count) for name, count in comm_types.value_counts().items()})
 
     keep = ~communication & ~no_type
     no_duration = keep & frame[col.DURATION].isna().to_numpy()

@@ -57,7 +57,7 @@ from perf_plugin.database.kernel_types import validate_kernel_type
 from perf_plugin.database.schema import IDENTITY_COLUMNS
 from perf_plugin.database.signature import signature_text
 from perf_plugin.ingest.records import ProfiledKernel, read_prof_directory
-from perf_plugin.results import OUTCOME_FAILED, OUTCOME_PASSED, CaseRef, CaseResult, HasCaseRef, KernelTime
+from perf_plugin.results import OUTCOME_FAILED, OUTCOME_PASSED, CaseRef, CaseResult, CollectedCase, KernelTime
 
 from perf_plugin.profiling.msprof import MeasuredCase, MsprofError
 from perf_plugin.replay.registry import catalog
@@ -203,7 +203,7 @@ def _measured_result(
     )
 
 
-def as_measured(cases: Iterable[HasCaseRef], repeat_count: int) -> list[MeasuredCase]:
+def as_measured(cases: Iterable[MeasuredCase | CollectedCase], repeat_count: int) -> list[MeasuredCase]:
     """Measured cases as they are; collected cases that can run taken as ``repeat_count`` repeats."""
     measured = []
     for index, case in enumerate(cases):
@@ -216,7 +216,7 @@ def as_measured(cases: Iterable[HasCaseRef], repeat_count: int) -> list[Measured
 
 def match_profile(
     prof: str | Path | Sequence[str | Path],
-    cases: Iterable[HasCaseRef],
+    cases: Iterable[MeasuredCase | CollectedCase],
     repeat_count: int,
     warmup_count: int,
     *,
@@ -289,7 +289,7 @@ def match_profile(
 
 def msprof_results(
     prof_dir: str | Path | Sequence[str | Path],
-    cases: Iterable[HasCaseRef],
+    cases: Iterable[MeasuredCase | CollectedCase],
     repeat_count: int,
     warmup_count: int,
     *,

@@ -63,7 +63,8 @@ def _range_factory() -> Callable[[str], contextlib.AbstractContextManager[Any]]:
 
     fast = getattr(getattr(torch._C, "_profiler", None), "_RecordFunctionFast", None)
     if fast is not None:
-        return fast  # a C++ context manager: a few hundred ns instead of microseconds
+        factory: Callable[[str], contextlib.AbstractContextManager[Any]] = fast
+        return factory  # a C++ context manager: a few hundred ns instead of microseconds
     return torch.profiler.record_function
 
 
@@ -306,7 +307,7 @@ class TorchProfilerCollector:
 
 def read_events(raw: Any, device_only: bool) -> list[RawEvent]:
     """Kineto events as RawEvents: every event, or only device activity (kernels, memcpy, memset)."""
-    from torch.autograd import DeviceType
+    from torch._C._autograd import DeviceType
 
     cpu = DeviceType.CPU
     if device_only:

@@ -98,7 +98,8 @@ class TensorSpec:
         import torch
 
         try:
-            return getattr(torch, DTYPES[self.dtype][0])
+            dtype: torch.dtype = getattr(torch, DTYPES[self.dtype][0])
+            return dtype
         except KeyError:
             raise DatabaseError(f"unknown dtype {self.dtype!r}") from None
 

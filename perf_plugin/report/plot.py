@@ -47,9 +47,9 @@ def plot_gap(path: str | Path, gaps: Iterable[GapRow]) -> Path | None:
     axes.set_xlim(low, high)
     axes.set_ylim(low, high)
     axes.plot([low, high], [low, high], color="black", linewidth=0.8, label="equal")
-    for factor, label in zip(GAP_BAND, ("band", None)):
+    for factor, band_label in zip(GAP_BAND, ("band", None)):
         axes.plot([low, high], [low * factor, high * factor], color="grey", linewidth=0.6, linestyle="--",
-                  label=label)
+                  label=band_label)
     for axis in (axes.xaxis, axes.yaxis):
         axis.set_minor_formatter(NullFormatter())  # labelled minor ticks overlap on short ranges
     axes.set_xlabel("profiling average duration (us)")

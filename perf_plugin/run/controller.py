@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from perf_plugin.backends.select import backend_class
 from perf_plugin.database.errors import DatabaseError
@@ -178,7 +179,7 @@ def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None
     return outcome
 
 
-def _env_spec(backend: str) -> dict:
+def _env_spec(backend: str) -> dict[str, Any]:
     try:
         from perf_plugin.report.environment import collect_env_spec
     except ImportError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 
@@ -52,7 +53,8 @@ class ControllerHooks:
         state = self.state
         if state is None:
             return
-        properties = dict(report.user_properties) if report.user_properties else {}
+        # what this plugin put there: a record's dict, lists of result dicts and of notes
+        properties: dict[str, Any] = dict(report.user_properties) if report.user_properties else {}
         if RESULTS_PROPERTY in properties or NOTES_PROPERTY in properties:
             report.user_properties[:] = [p for p in report.user_properties if p[0] not in TRANSPORT_PROPERTIES]
         if report.when in ("setup", "call") and self.outcomes.get(report.nodeid) != "failed":
@@ -115,7 +117,9 @@ class ControllerHooks:
         """xdist: results a worker finished after its last report."""
         payload = getattr(node, "workeroutput", {}).get(RESULTS_PROPERTY)
         state = self.state
-        for data in json.loads(payload) if payload and state is not None else []:
+        if not payload or state is None:
+            return
+        for data in json.loads(payload):
             add_result(state, CaseResult.from_json(data))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:

@@ -139,7 +139,8 @@ def _read_child_report(record_dir: Path, returncode: int, output_dir: Path) -> d
             f"nothing was written (msprof output: {output_dir})"
         )
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        report: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return report
     except ValueError as exc:
         raise MsprofError(f"{path}: not a session record ({exc})") from None
 

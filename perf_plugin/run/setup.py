@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ def identify_device(settings: options.Settings) -> DeviceIdentity:
     return DeviceIdentity(backend.name, backend.device_name(), version[1] if version else None)
 
 
-def pin_worker_device(identity: DeviceIdentity, workerinput: dict) -> None:
+def pin_worker_device(identity: DeviceIdentity, workerinput: dict[str, Any]) -> None:
     """Worker: one device per worker, chosen before the device runtime initialises."""
     variable = backend_class(identity.backend).visible_devices_var
     count = int(workerinput.get("perf_device_count", 0))

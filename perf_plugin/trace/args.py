@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from perf_plugin.trace.events import TraceOp
 
@@ -118,7 +118,7 @@ class Tensor:
         return len(self.shape)
 
 
-def is_int_list(value: Any) -> bool:
+def is_int_list(value: Any) -> TypeGuard[list[int] | tuple[int, ...]]:
     return isinstance(value, (list, tuple)) and all(isinstance(d, int) and not isinstance(d, bool) for d in value)
 
 

@@ -25,7 +25,7 @@ results); operators that draw random values (tagged ``nondeterministic_seeded``:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from perf_plugin.database.schema import OP_ARGUMENTS
 from perf_plugin.replay.aten_call import AtenCallError, call, overload_of, parse_arguments, slots_used, tensor_outputs
@@ -54,7 +54,7 @@ def _index_bound(row: KernelRow) -> int:
 class AtenOpReplay(OpReplay):
     """Any ``aten.<operator>`` row with its recorded arguments."""
 
-    kernel_type_prefixes = (PREFIX,)
+    kernel_type_prefixes: ClassVar[tuple[str, ...]] = (PREFIX,)
     npu_api = "torch.ops.aten"
 
     def _call(self, row: KernelRow) -> tuple[str, tuple[Any, ...]]:
@@ -104,6 +104,7 @@ class AtenOpReplay(OpReplay):
         drawn = torch.float32 if dtype.itemsize == 1 else dtype  # float8: no uniform_ of its own
         storage = torch.empty(spec.storage_numel, dtype=drawn, device=device)
         storage = storage.uniform_(*FLOAT_RANGE, generator=generator).to(dtype)
+        assert spec.shape is not None  # an empty slot has no tensor to draw
         return storage.as_strided(spec.shape, spec.strides) if spec.strides is not None else storage.view(spec.shape)
 
     def values_verifiable(self, row: KernelRow) -> bool:

@@ -139,9 +139,9 @@ class FlashAttentionScoreReplay(_AttentionReplay):
         g = forward_geometry(row)
         q, k, v = (self.random(spec, device, generator) for spec in row.inputs[:3])
         # softmax_sum of the (lse, 1) pair, made once so that run launches no kernel for it
-        ones = torch.ones(1, 1, 1, 1, device=device).expand(g.batch, g.heads, g.seq_q, STATS_WIDTH)
-        if not records_stats(row):
-            ones = None
+        ones: torch.Tensor | None = None
+        if records_stats(row):
+            ones = torch.ones(1, 1, 1, 1, device=device).expand(g.batch, g.heads, g.seq_q, STATS_WIDTH)
         # on an NPU the outputs are the kernel's own (max, sum) pair: the reference gives that one
         return q, k, v, compressed_mask(device) if g.causal else None, ones, device.type == "npu", g
 
