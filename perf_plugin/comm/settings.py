@@ -10,9 +10,10 @@ K, M, G (powers of 1024, as nccl-tests' ``-b 1K`` and the seed's default grid
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar, overload
 
 from perf_plugin.comm.collectives import COLLECTIVES, Collective, CommDtype, parse_dtype, parse_op
 from perf_plugin.comm.topology import TIERS, parse_grid_shape
@@ -31,6 +32,7 @@ DEFAULT_WARMUP = 5
 DEFAULT_ITERS = 20
 DEFAULT_TIMEOUT_S = 300.0
 
+T = TypeVar("T")
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]?)(?:i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": KiB, "m": MiB, "g": 1024 * MiB}
 
@@ -149,79 +151,26 @@ def build_settings(
     database_root: str | Path | None = None,
 ) -> CommSettings:
     """Parse raw option values; CommConfigError names the option that is wrong."""
-
-    def fail(option: str, exc: Exception) -> CommConfigError:
-        return CommConfigError(f"{option}: {exc}")
-
-    try:
-        op_list = tuple(dict.fromkeys(parse_op(t) for t in split_values(ops))) or tuple(COLLECTIVES.values())
-    except ValueError as exc:
-        raise fail("--comm-ops", exc) from None
-    try:
-        grid = parse_bytes_grid(bytes_grid)
-    except ValueError as exc:
-        raise fail("--bytes-grid", exc) from None
-    try:
-        dtype_list = tuple(dict.fromkeys(parse_dtype(t) for t in split_values(dtypes) or DEFAULT_DTYPES))
-    except ValueError as exc:
-        raise fail("--comm-dtypes", exc) from None
-    try:
-        devices = parse_positive_ints(num_devices, "group size")
-    except ValueError as exc:
-        raise fail("--num-devices", exc) from None
-    try:
-        shape = parse_grid_shape(grid_shape) if grid_shape not in (None, "") else None
-    except ValueError as exc:
-        raise fail("--grid-shape", exc) from None
-    tier: int | None = None
-    if topology_tier not in (None, ""):
-        try:
-            tier = int(topology_tier)
-        except ValueError:
-            tier = -1
-        if tier not in TIERS:
-            raise CommConfigError(
-                f"--topology-tier: {topology_tier!r} is not 0 (inter-pod), 1 (intra-pod) or 2 (die-level)"
-            )
     chosen_mode = mode or "kernel"
     if chosen_mode not in MODES:
         raise CommConfigError(f"--comm-mode: {chosen_mode!r} is not one of {', '.join(MODES)}")
     chosen_ccl = (ccl or "auto").lower()
     if chosen_ccl not in CCL_CHOICES:
         raise CommConfigError(f"--comm-backend: {ccl!r} is not one of {', '.join(CCL_CHOICES)}")
-    counts: dict[str, int] = {}
-    for option, raw, default, low in (
-        ("--comm-warmup", warmup, DEFAULT_WARMUP, 0),
-        ("--comm-iters", iters, DEFAULT_ITERS, 1),
-        ("--comm-nproc", nproc, None, 1),
-    ):
-        if raw in (None, ""):
-            counts[option] = default  # type: ignore[assignment]
-            continue
-        try:
-            counts[option] = int(raw)
-        except ValueError:
-            raise CommConfigError(f"{option}: {raw!r} is not an integer") from None
-        if counts[option] < low:
-            raise CommConfigError(f"{option}: {raw} is below {low}")
-    try:
-        timeout = float(timeout_s) if timeout_s not in (None, "") else DEFAULT_TIMEOUT_S
-    except ValueError:
-        raise CommConfigError(f"--comm-timeout: {timeout_s!r} is not a number of seconds") from None
-    if not timeout > 0:
-        raise CommConfigError(f"--comm-timeout: {timeout_s!r} is not a positive number of seconds")
     return CommSettings(
-        ops=op_list,
-        bytes_grid=grid,
-        dtypes=dtype_list,
-        num_devices=devices,
-        grid_shape=shape,
-        topology_tier=tier,
+        ops=_parsed("--comm-ops", lambda: tuple(dict.fromkeys(parse_op(t) for t in split_values(ops)))
+                    or tuple(COLLECTIVES.values())),
+        bytes_grid=_parsed("--bytes-grid", lambda: parse_bytes_grid(bytes_grid)),
+        dtypes=_parsed("--comm-dtypes", lambda: tuple(dict.fromkeys(parse_dtype(t) for t in split_values(dtypes)
+                                                                    or DEFAULT_DTYPES))),
+        num_devices=_parsed("--num-devices", lambda: parse_positive_ints(num_devices, "group size")),
+        grid_shape=_parsed("--grid-shape", lambda: parse_grid_shape(grid_shape) if grid_shape not in (None, "") else None),
+        topology_tier=_tier(topology_tier),
         mode=chosen_mode,
-        warmup=counts["--comm-warmup"],
-        iters=counts["--comm-iters"],
-        timeout_s=timeout,
-        nproc=counts["--comm-nproc"],
+        warmup=_count("--comm-warmup", warmup, DEFAULT_WARMUP, 0),
+        iters=_count("--comm-iters", iters, DEFAULT_ITERS, 1),
+        timeout_s=_timeout(timeout_s),
+        nproc=_count("--comm-nproc", nproc, None, 1),
         ccl=chosen_ccl,
         output_dir=Path(output_dir) if output_dir else None,
         device=device or None,
@@ -229,3 +178,53 @@ def build_settings(
         cann_version=cann_version or None,
         database_root=Path(database_root) if database_root else None,
     )
+
+
+def _parsed(option: str, parse: Callable[[], T]) -> T:
+    """``parse()``, its ValueError turned into the CommConfigError that names ``option``."""
+    try:
+        return parse()
+    except ValueError as exc:
+        raise CommConfigError(f"{option}: {exc}") from None
+
+
+def _tier(raw: int | str | None) -> int | None:
+    if raw in (None, ""):
+        return None
+    try:
+        tier = int(raw)
+    except ValueError:
+        tier = -1
+    if tier not in TIERS:
+        raise CommConfigError(f"--topology-tier: {raw!r} is not 0 (inter-pod), 1 (intra-pod) or 2 (die-level)")
+    return tier
+
+
+@overload
+def _count(option: str, raw: int | str | None, default: int, low: int) -> int: ...
+
+
+@overload
+def _count(option: str, raw: int | str | None, default: None, low: int) -> int | None: ...
+
+
+def _count(option: str, raw: int | str | None, default: int | None, low: int) -> int | None:
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise CommConfigError(f"{option}: {raw!r} is not an integer") from None
+    if value < low:
+        raise CommConfigError(f"{option}: {raw} is below {low}")
+    return value
+
+
+def _timeout(raw: float | str | None) -> float:
+    try:
+        timeout = float(raw) if raw not in (None, "") else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise CommConfigError(f"--comm-timeout: {raw!r} is not a number of seconds") from None
+    if not timeout > 0:
+        raise CommConfigError(f"--comm-timeout: {raw!r} is not a positive number of seconds")
+    return timeout

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -116,19 +117,8 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     group_key = (*GROUP_KEY, *details)
     frame = frame.assign(_order=np.arange(len(frame)))
     groups = frame.groupby(list(group_key), observed=True, sort=False, dropna=False)
-    duration = groups[col.DURATION]
-    stats = pd.DataFrame(
-        {
-            "count": duration.count(),
-            "average": duration.mean(),
-            "median": duration.median(),
-            "std": duration.std(ddof=1),
-            "order": groups["_order"].min(),
-        }
-    )
+    stats = _group_statistics(groups, with_kernels=KERNEL_TIMES in frame.columns)
     first = groups[list(_FROM_FIRST_SAMPLE)].first()
-    if KERNEL_TIMES in frame.columns:
-        stats["kernels"] = groups[KERNEL_TIMES].agg(_mean_kernel_times)
     counter_means = groups[counters].mean() if counters else pd.DataFrame(index=stats.index)
     # All results share the group order of ``stats``; reorder them together, by first sample.
     order = np.argsort(stats["order"].to_numpy(), kind="stable")
@@ -167,6 +157,24 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     position = {name: i for i, name in enumerate(dict.fromkeys(row.kernel_type for row in rows))}
     rows.sort(key=lambda row: position[row.kernel_type])
     return rows
+
+
+def _group_statistics(groups: Any, with_kernels: bool) -> pd.DataFrame:
+    """Count, mean, median and sample std of each group's durations, its first sample's position,
+    and (for traces with device kernels) its kernel breakdown."""
+    duration = groups[col.DURATION]
+    stats = pd.DataFrame(
+        {
+            "count": duration.count(),
+            "average": duration.mean(),
+            "median": duration.median(),
+            "std": duration.std(ddof=1),
+            "order": groups["_order"].min(),
+        }
+    )
+    if with_kernels:
+        stats["kernels"] = groups[KERNEL_TIMES].agg(_mean_kernel_times)
+    return stats
 
 
 def _mean_kernel_times(samples: pd.Series) -> str:

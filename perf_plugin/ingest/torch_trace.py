@@ -109,15 +109,8 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
             record[KERNEL_TIMES] = sample.kernel_ns
         records.append(record)
     summary.samples = len(records)
-    columns = [col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS, col.DURATION]
-    if attribution.device_trace:
-        columns.append(KERNEL_TIMES)
-    frame = pd.DataFrame.from_records(records, columns=columns)
-    for name in (col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS):
-        frame[name] = frame[name].astype("category")
-    frame[col.DURATION] = frame[col.DURATION].astype("float64")
     table = ProfileTable(
-        frame=frame,
+        frame=_sample_frame(records, attribution.device_trace),
         counters=[],
         sources=[trace.source] if trace.source is not None else [],
         kinds=[KIND_TORCH_TRACE],
@@ -140,6 +133,18 @@ def _following_on_thread(samples: list[OpSample]) -> Callable[[OpSample], list[O
         return ordered[start : start + READERS_LOOKED_AT]
 
     return after
+
+
+def _sample_frame(records: list[dict[str, Any]], device_trace: bool) -> pd.DataFrame:
+    """The samples as ingest's frame: cells as categories (few distinct values, many samples)."""
+    columns = [col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS, col.DURATION]
+    if device_trace:
+        columns.append(KERNEL_TIMES)
+    frame = pd.DataFrame.from_records(records, columns=columns)
+    for name in (col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS):
+        frame[name] = frame[name].astype("category")
+    frame[col.DURATION] = frame[col.DURATION].astype("float64")
+    return frame
 
 
 def read_trace_file(path: str | Path) -> tuple[ProfileTable, TraceSummary]:

@@ -66,7 +66,6 @@ def read_chrome_trace(path: str | Path) -> TraceData:
 
     ops: list[TraceOp] = []
     launches: list[Launch] = []
-    activities: list[DeviceActivity] = []
     flow_ends: dict[tuple[Any, Any, int], int] = {}
     pending: list[tuple[dict[str, Any], str]] = []
     has_shapes = bool(document.get("record_shapes")) if isinstance(document, dict) else False
@@ -87,21 +86,8 @@ def read_chrome_trace(path: str | Path) -> TraceData:
         duration = _ns(event.get("dur", 0))
         thread = (_int_or_none(event.get("pid")) or 0, _int_or_none(event.get("tid")) or 0)
         if category in CPU_OP_CATEGORIES:
-            if "Input Dims" in args:
-                has_shapes = True
-            ops.append(
-                TraceOp(
-                    name=str(event.get("name", "")),
-                    thread=thread,
-                    start_ns=start,
-                    end_ns=start + duration,
-                    external_id=_int_or_none(args.get("External id")),
-                    dims=list(args.get("Input Dims") or []),
-                    types=[str(t) for t in (args.get("Input type") or [])],
-                    concrete=list(args.get("Concrete Inputs") or []),
-                    strides=list(args.get("Input Strides") or []),
-                )
-            )
+            has_shapes = has_shapes or "Input Dims" in args
+            ops.append(_trace_op(event, args, thread, start, duration))
         elif category in LAUNCH_CATEGORIES:
             launches.append(
                 Launch(
@@ -114,30 +100,45 @@ def read_chrome_trace(path: str | Path) -> TraceData:
             )
         elif category in DEVICE_CATEGORIES:
             pending.append((event, category))
-    for event, category in pending:
-        args = event.get("args") or {}
-        start = _ns(event["ts"])
-        correlation = _int_or_none(args.get("correlation"))
-        if correlation is None:
-            # Older traces link launch and kernel only through an "ac2g" flow event.
-            correlation = flow_ends.get((event.get("pid"), event.get("tid"), start))
-        activities.append(
-            DeviceActivity(
-                str(event.get("name", "")),
-                category,
-                start,
-                _ns(event.get("dur", 0)),
-                correlation,
-                _int_or_none(args.get("External id")),
-            )
-        )
-    device_name = None
+    activities = [_device_activity(event, category, flow_ends) for event, category in pending]
+    return TraceData(ops, launches, activities, _device_name(document), path, has_shapes)
+
+
+def _trace_op(event: dict[str, Any], args: dict[str, Any], thread: tuple[int, int], start: int, duration: int) -> TraceOp:
+    return TraceOp(
+        name=str(event.get("name", "")),
+        thread=thread,
+        start_ns=start,
+        end_ns=start + duration,
+        external_id=_int_or_none(args.get("External id")),
+        dims=list(args.get("Input Dims") or []),
+        types=[str(t) for t in (args.get("Input type") or [])],
+        concrete=list(args.get("Concrete Inputs") or []),
+        strides=list(args.get("Input Strides") or []),
+    )
+
+
+def _device_activity(
+    event: dict[str, Any], category: str, flow_ends: dict[tuple[Any, Any, int], int]
+) -> DeviceActivity:
+    args = event.get("args") or {}
+    start = _ns(event["ts"])
+    correlation = _int_or_none(args.get("correlation"))
+    if correlation is None:
+        # Older traces link launch and kernel only through an "ac2g" flow event.
+        correlation = flow_ends.get((event.get("pid"), event.get("tid"), start))
+    return DeviceActivity(
+        str(event.get("name", "")), category, start, _ns(event.get("dur", 0)), correlation,
+        _int_or_none(args.get("External id")),
+    )
+
+
+def _device_name(document: Any) -> str | None:
     if isinstance(document, dict):
         for properties in document.get("deviceProperties") or []:
             if isinstance(properties, dict) and properties.get("name"):
-                device_name = str(properties["name"])
-                break
-    return TraceData(ops, launches, activities, device_name, path, has_shapes)
+                return str(properties["name"])
+    return None
 
 
 def _kineto_results(profiler: Any) -> Any:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import csv
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -247,28 +247,43 @@ def match_profile(
         )
         for index, case in enumerate(key_cases):
             block = blocks[index] if index < len(blocks) else []
-            kept = block[1 + warmup_count :][-case.repeats :] if case.repeats > 0 else []
-            if not kept:
-                reason = (
-                    f"msprof recorded no {'|'.join(catalog().family_members(key[0]))} kernel with this "
-                    f"signature ({where})"
-                    if not block
-                    else f"msprof recorded {len(block)} launches of this signature, none after the "
-                    f"verification run and {warmup_count} warm-up ({where})"
-                )
-                match.results.append(CaseResult(case.ref, OUTCOME_FAILED, reason=reason, backend=backend))
-                continue
-            reported = _most_common(r.kernel_type for r in kept)
-            match.results.append(
-                _measured_result(
-                    case.ref, kept, backend, reported_kernel_type=reported if reported != case.ref.kernel_type else None
-                )
-            )
+            match.results.append(_case_result(case, block, warmup_count, key[0], where, backend))
 
     allowed = None if unmatched_kernel_types is None else {kernel_family(t) for t in unmatched_kernel_types}
+    unmatched = {key: group for key, group in groups.items() if key not in by_key}
+    match.results.extend(_unmatched_results(unmatched, allowed, backend, match.notes))
+    return match
+
+
+def _case_result(
+    case: MeasuredCase, block: list[ProfiledKernel], warmup_count: int, family: str, where: str, backend: str
+) -> CaseResult:
+    """A case's result from its block of launches (of ``family``, in the profile ``where``): the
+    verification run and the warm-up dropped, its last ``repeats`` launches kept."""
+    kept = block[1 + warmup_count :][-case.repeats :] if case.repeats > 0 else []
+    if not kept:
+        reason = (
+            f"msprof recorded no {'|'.join(catalog().family_members(family))} kernel with this signature ({where})"
+            if not block
+            else f"msprof recorded {len(block)} launches of this signature, none after the "
+            f"verification run and {warmup_count} warm-up ({where})"
+        )
+        return CaseResult(case.ref, OUTCOME_FAILED, reason=reason, backend=backend)
+    reported = _most_common(r.kernel_type for r in kept)
+    return _measured_result(
+        case.ref, kept, backend, reported_kernel_type=reported if reported != case.ref.kernel_type else None
+    )
+
+
+def _unmatched_results(
+    groups: Mapping[tuple[str, str], _Group], allowed: set[str] | None, backend: str, notes: list[str]
+) -> list[CaseResult]:
+    """Results of their own for the (family, signature) groups no case produced, all their launches
+    as samples, where the family is ``allowed`` (every family when None)."""
+    results: list[CaseResult] = []
     seen_ids: Counter[str] = Counter()
     for key, group in sorted(groups.items()):
-        if key in by_key or (allowed is not None and key[0] not in allowed):
+        if allowed is not None and key[0] not in allowed:
             continue
         rows = group.all_rows()
         rows.sort(key=lambda k: (k.start_us if k.start_us is not None else float("inf"), str(k.source), k.line or 0))
@@ -276,15 +291,15 @@ def match_profile(
         try:
             validate_kernel_type(kernel_type)
         except DatabaseError as exc:
-            match.notes.append(f"msprof: unmatched kernels not kept: {exc.describe()}")
+            notes.append(f"msprof: unmatched kernels not kept: {exc.describe()}")
             continue
         case_id = f"msprof:{make_case_id(kernel_type, dict(rows[0].cells))}"
         seen_ids[case_id] += 1
         if seen_ids[case_id] > 1:
             case_id = f"{case_id}#{seen_ids[case_id]}"
         ref = CaseRef(case_id, kernel_type, f"{kernel_type}.csv", None, key[1])
-        match.results.append(_measured_result(ref, rows, backend))
-    return match
+        results.append(_measured_result(ref, rows, backend))
+    return results
 
 
 def msprof_results(

@@ -41,7 +41,7 @@ from typing import Any
 from perf_plugin.database.atomic import atomic_write_text
 from perf_plugin.report.gap import GAP_BAND, is_flagged
 from perf_plugin.report.tally import RunTally, quarantined_kernel_type, tally_summary
-from perf_plugin.results import CaseResult, RunSummary, SampleStats
+from perf_plugin.results import CaseResult, FileWriteback, RunSummary, SampleStats
 
 BENCHMARK_PREFIX = "perf_plugin.replay"
 SCRIPT = "pytest bench"
@@ -118,7 +118,6 @@ def reports_dir_of(summary: RunSummary) -> Path:
 
 def build_run_report(summary: RunSummary, reports_dir: str | Path | None = None) -> dict[str, Any]:
     tally = tally_summary(summary)
-    compared = [g for g in summary.gaps if g.ratio is not None]
     report: dict[str, Any] = {
         "benchmark": f"{BENCHMARK_PREFIX}:{Path(summary.database_dir).name}",
         "script": SCRIPT,
@@ -132,21 +131,7 @@ def build_run_report(summary: RunSummary, reports_dir: str | Path | None = None)
         "env_spec": dict(summary.env),
         "task_log_dir": str(reports_dir if reports_dir is not None else reports_dir_of(summary)),
         "stats": _stats(tally),
-        "replay_run": {
-            "started_at": summary.started_at,
-            "backend": summary.backend,
-            "device": summary.device_name,
-            "database_dir": summary.database_dir,
-            "update_mode": summary.update_mode,
-            "repeat_count": summary.repeat_count,
-            "warmup_count": summary.warmup_count,
-            "cache_mode": summary.cache_mode,
-            "repeat_markers": summary.repeat_markers,
-            "command": list(summary.command),
-            "coverage": summary.coverage,
-            "coverage_time": summary.coverage_time,
-            "coverage_min": summary.coverage_min,
-        },
+        "replay_run": _replay_run(summary),
         "outcome_counts": {
             "passed": tally.total("passed"),
             "failed": tally.total("failed"),
@@ -161,33 +146,57 @@ def build_run_report(summary: RunSummary, reports_dir: str | Path | None = None)
              "reason": q.reason}
             for q in summary.quarantined
         ],
-        "writeback": [
-            {
-                "csv_file": f.csv_file,
-                "rows_updated": f.rows_updated,
-                "rows_appended": f.rows_appended,
-                "rows_pruned": f.rows_pruned,
-                "rows_quarantined": f.rows_quarantined,
-                "unmatched_samples": list(f.unmatched_samples),
-                "written": f.written,
-            }
-            for f in summary.files
-        ],
-        "duration_gap": {
-            "band": list(GAP_BAND),
-            "rows": len(summary.gaps),
-            "compared": len(compared),
-            "flagged": sum(1 for g in compared if is_flagged(g)),
-            "kernels_compared": sum(1 for g in summary.gaps if g.profiled_kernels and g.replayed_kernels),
-            "kernels_differ": [
-                {"csv_file": g.csv_file, "row_line": g.row_line, "difference": difference.describe()}
-                for g in summary.gaps
-                if (difference := g.kernel_difference) is not None
-            ],
-        },
+        "writeback": [_writeback(f) for f in summary.files],
+        "duration_gap": _duration_gap(summary),
     }
     # The per-case entries are finite already; everything else is small.
     return {key: value if key == "results" else _finite(value) for key, value in report.items()}
+
+
+def _replay_run(summary: RunSummary) -> dict[str, Any]:
+    return {
+        "started_at": summary.started_at,
+        "backend": summary.backend,
+        "device": summary.device_name,
+        "database_dir": summary.database_dir,
+        "update_mode": summary.update_mode,
+        "repeat_count": summary.repeat_count,
+        "warmup_count": summary.warmup_count,
+        "cache_mode": summary.cache_mode,
+        "repeat_markers": summary.repeat_markers,
+        "command": list(summary.command),
+        "coverage": summary.coverage,
+        "coverage_time": summary.coverage_time,
+        "coverage_min": summary.coverage_min,
+    }
+
+
+def _duration_gap(summary: RunSummary) -> dict[str, Any]:
+    compared = [g for g in summary.gaps if g.ratio is not None]
+    return {
+        "band": list(GAP_BAND),
+        "rows": len(summary.gaps),
+        "compared": len(compared),
+        "flagged": sum(1 for g in compared if is_flagged(g)),
+        "kernels_compared": sum(1 for g in summary.gaps if g.profiled_kernels and g.replayed_kernels),
+        "kernels_differ": [
+            {"csv_file": g.csv_file, "row_line": g.row_line, "difference": difference.describe()}
+            for g in summary.gaps
+            if (difference := g.kernel_difference) is not None
+        ],
+    }
+
+
+def _writeback(f: FileWriteback) -> dict[str, Any]:
+    return {
+        "csv_file": f.csv_file,
+        "rows_updated": f.rows_updated,
+        "rows_appended": f.rows_appended,
+        "rows_pruned": f.rows_pruned,
+        "rows_quarantined": f.rows_quarantined,
+        "unmatched_samples": list(f.unmatched_samples),
+        "written": f.written,
+    }
 
 
 # Lists written one item per line: readable, diffable, and encoded by json's C encoder, which

@@ -186,26 +186,7 @@ def external_run(
         records = {nodeid: record_of(case, "passed" if case.runnable else "skipped") for nodeid, case in cases}
         outcome.notes.append(f"msprof: read {prof_path} (no replay ran; each case taken as {repeat_count} repeats)")
     else:
-        launch = run_under_msprof(argv, cwd=cwd, output_root=output_root, environ=environ)
-        report = _read_child_report(launch.record_dir, launch.returncode, launch.output_dir)
-        if not launch.prof_dirs:
-            raise MsprofError(f"msprof wrote no PROF_* directory under {launch.output_dir}; nothing was written")
-        prof_dirs = launch.prof_dirs
-        records = {nodeid: CaseRecord.from_json(data) for nodeid, data in report.get("records", {}).items()}
-        outcome.results.extend(CaseResult.from_json(data) for data in report.get("results", []))
-        outcome.workers = int(report.get("workers", 0))
-        measured = read_measured(launch.record_dir)
-        logged = {m.ref.case_id for m in measured}
-        # A passed case the log does not name (a child without the msprof collector) ran the
-        # nominal repeats after everything logged.
-        last = max((m.order for m in measured), default=0)
-        for index, record in enumerate(records.values(), start=1):
-            if record.outcome == "passed" and record.ref.case_id not in logged:
-                measured.append(MeasuredCase(record.ref, repeat_count, last + index))
-        outcome.notes.append(
-            f"msprof: the session ran under msprof (exit code {launch.returncode}); profile "
-            f"{', '.join(str(p) for p in prof_dirs)} (re-read it with --perf-prof-path {launch.output_dir})"
-        )
+        prof_dirs, records, measured = _run_session(argv, cwd, output_root, environ, repeat_count, outcome)
 
     try:
         match = match_profile(
@@ -228,3 +209,35 @@ def external_run(
         f"{len(failed_cases)} without samples, {extra} unmatched kernel signature(s)"
     )
     return outcome
+
+
+def _run_session(
+    argv: Sequence[str],
+    cwd: str | Path,
+    output_root: str | Path,
+    environ: Mapping[str, str] | None,
+    repeat_count: int,
+    outcome: ExternalOutcome,
+) -> tuple[list[Path], dict[str, CaseRecord], list[MeasuredCase]]:
+    """Launch the session under msprof: its profile directories, its case records, and the
+    cases it measured in launch order (its results and notes go into ``outcome``)."""
+    launch = run_under_msprof(argv, cwd=cwd, output_root=output_root, environ=environ)
+    report = _read_child_report(launch.record_dir, launch.returncode, launch.output_dir)
+    if not launch.prof_dirs:
+        raise MsprofError(f"msprof wrote no PROF_* directory under {launch.output_dir}; nothing was written")
+    records = {nodeid: CaseRecord.from_json(data) for nodeid, data in report.get("records", {}).items()}
+    outcome.results.extend(CaseResult.from_json(data) for data in report.get("results", []))
+    outcome.workers = int(report.get("workers", 0))
+    measured = read_measured(launch.record_dir)
+    logged = {m.ref.case_id for m in measured}
+    # A passed case the log does not name (a child without the msprof collector) ran the
+    # nominal repeats after everything logged.
+    last = max((m.order for m in measured), default=0)
+    for index, record in enumerate(records.values(), start=1):
+        if record.outcome == "passed" and record.ref.case_id not in logged:
+            measured.append(MeasuredCase(record.ref, repeat_count, last + index))
+    outcome.notes.append(
+        f"msprof: the session ran under msprof (exit code {launch.returncode}); profile "
+        f"{', '.join(str(p) for p in launch.prof_dirs)} (re-read it with --perf-prof-path {launch.output_dir})"
+    )
+    return list(launch.prof_dirs), records, measured

@@ -18,7 +18,7 @@ Under the database lock, for every CSV a result or a quarantined case points at:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,14 +164,51 @@ def _write_file(
     path = request.directory / csv_file
     kernel_type = Path(csv_file).stem
     summary = FileWriteback(csv_file)
-    if path.exists():
-        table = CsvTable.read(path)
-    else:
-        table = CsvTable.new(IDENTITY_COLUMNS)
+    table = CsvTable.read(path) if path.exists() else CsvTable.new(IDENTITY_COLUMNS)
     index = _signature_index(table, kernel_type)
+    touched = _apply_results(table, index, results, request, summary)
+
+    # each row's signature as the index computed it (identity cells are never written here)
+    key_of = {i: key for key, rows in index.items() for i in rows}
+
+    def row_key(i: int) -> str:
+        key = key_of.get(i)
+        return key if key is not None else signature_text(signature_of(kernel_type, table.row_dict(i)))
+
+    doomed = _rows_to_quarantine(table, quarantined, touched, row_key)
+    if doomed:
+        _quarantine(request.directory, csv_file, table, doomed, request.timestamp)
+        summary.rows_quarantined = len(doomed)
+    gaps = [_gap_row(table, csv_file, i, row_key(i)) for i in sorted(touched)]
+
+    remove = {i for i, _ in doomed}
+    if request.prune_empty_duration_rows:
+        pruned = {
+            i
+            for i in range(len(table))
+            if i not in remove and not table.is_blank(i) and not row_has_valid_duration(table, i)
+        }
+        summary.rows_pruned = len(pruned)
+        remove |= pruned
+    if remove:
+        table.delete_rows(remove)
+    if table.changed:
+        table.write(path)
+        summary.written = True
+    return summary, gaps
+
+
+def _apply_results(
+    table: CsvTable,
+    index: dict[str, list[int]],
+    results: list[CaseResult],
+    request: WritebackRequest,
+    summary: FileWriteback,
+) -> set[int]:
+    """Write each result into the rows of its signature (appending one in update mode ``all``
+    when none matches and the result names its kernel); returns the rows written."""
     touched: set[int] = set()
     columns_ready = False
-
     for result in results:
         rows = index.get(result.ref.signature_key, [])
         if request.update_mode == "missing-only":
@@ -192,14 +229,13 @@ def _write_file(
             _write_measurement(table, row, result, request.timestamp)
             touched.add(row)
     summary.rows_updated = len(touched) - summary.rows_appended
+    return touched
 
-    # each row's signature as the index computed it (identity cells are never written here)
-    key_of = {i: key for key, rows in index.items() for i in rows}
 
-    def row_key(i: int) -> str:
-        key = key_of.get(i)
-        return key if key is not None else signature_text(signature_of(kernel_type, table.row_dict(i)))
-
+def _rows_to_quarantine(
+    table: CsvTable, quarantined: list[QuarantinedRow], touched: set[int], row_key: Callable[[int], str]
+) -> list[tuple[int, str]]:
+    """(row, reason) of the quarantined cases whose row is still the one collected and unmeasured."""
     doomed: list[tuple[int, str]] = []
     by_line = {table.line_of(i): i for i in range(len(table))}
     for item in quarantined:
@@ -209,34 +245,15 @@ def _write_file(
         if item.ref.signature_key and item.ref.signature_key != row_key(i):
             continue  # the file changed since collection: leave the row where it is
         doomed.append((i, item.reason))
-    if doomed:
-        _quarantine(request.directory, csv_file, table, doomed, request.timestamp)
-        summary.rows_quarantined = len(doomed)
+    return doomed
 
-    gaps = [
-        GapRow(
-            csv_file,
-            table.line_of(i),
-            row_key(i),
-            parse_duration(table.get(i, MICROBENCH_AVERAGE)),
-            parse_duration(table.get(i, PROFILING_AVERAGE)),
-            *_comparable_kernels(table, i),
-        )
-        for i in sorted(touched)
-    ]
 
-    remove = {i for i, _ in doomed}
-    if request.prune_empty_duration_rows:
-        pruned = {
-            i
-            for i in range(len(table))
-            if i not in remove and not table.is_blank(i) and not row_has_valid_duration(table, i)
-        }
-        summary.rows_pruned = len(pruned)
-        remove |= pruned
-    if remove:
-        table.delete_rows(remove)
-    if table.changed:
-        table.write(path)
-        summary.written = True
-    return summary, gaps
+def _gap_row(table: CsvTable, csv_file: str, row: int, signature_key: str) -> GapRow:
+    return GapRow(
+        csv_file,
+        table.line_of(row),
+        signature_key,
+        parse_duration(table.get(row, MICROBENCH_AVERAGE)),
+        parse_duration(table.get(row, PROFILING_AVERAGE)),
+        *_comparable_kernels(table, row),
+    )
