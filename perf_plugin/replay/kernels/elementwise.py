@@ -90,6 +90,18 @@ def scalar_aware_outputs(row: KernelRow) -> tuple[TensorSpec, ...]:
     return tuple(specs)
 
 
+def one_input_one_output(row: KernelRow) -> tuple[TensorSpec, TensorSpec]:
+    """(input, output) of a row with exactly one of each (0-d tensors included)."""
+    inputs = scalar_aware_inputs(row)
+    outputs = scalar_aware_outputs(row)
+    if len(inputs) != 1 or len(outputs) != 1:
+        raise CaseBuildError(
+            f"{row.kernel_type} needs one input and one output, got {len(inputs)} input slot(s) and "
+            f"{len(outputs)} output(s)"
+        )
+    return inputs[0], outputs[0]
+
+
 # ----------------------------------------------------------------------------- trace ingest
 # A Python number passed to a tensor op arrives as a 0-d CPU tensor of these dtypes (a "wrapped
 # number": ``y * 0.5`` records a 0-d ``double``); a 0-d tensor of any other dtype is a real tensor.

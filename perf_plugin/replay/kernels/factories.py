@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from perf_plugin.replay.api_call import ApiCall
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.kernels.elementwise import scalar_aware_inputs, scalar_aware_outputs
+from perf_plugin.replay.kernels.elementwise import one_input_one_output, scalar_aware_inputs, scalar_aware_outputs
 from perf_plugin.replay.tensors import DTYPES, FLOATING, KernelRow, TensorSpec, shape_text
 from perf_plugin.trace.args import DEFAULT_FLOAT, SCALAR_TYPE_CODES, concrete_arg, is_int_list, tensor_arg
 from perf_plugin.trace.events import TraceOp
@@ -172,14 +172,7 @@ class _FillReplay(OpReplay):
     value: ClassVar[int] = 0
 
     def operands(self, row: KernelRow) -> TensorSpec:
-        inputs = scalar_aware_inputs(row)
-        outputs = scalar_aware_outputs(row)
-        if len(inputs) != 1 or len(outputs) != 1:
-            raise CaseBuildError(
-                f"{row.kernel_type} needs one input and one output, got {len(inputs)} input slot(s) and "
-                f"{len(outputs)} output(s)"
-            )
-        x, out = inputs[0], outputs[0]
+        x, out = one_input_one_output(row)
         if (out.shape, out.dtype) != (x.shape, x.dtype):
             raise CaseBuildError(
                 f"{row.kernel_type} output {shape_text(out)} {out.dtype} differs from the input "

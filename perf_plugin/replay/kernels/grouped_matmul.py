@@ -36,35 +36,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import accumulate
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.replay.api_call import ApiCall, NpuFormat
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.tensors import KernelRow, TensorSpec, shape_text
-from perf_plugin.trace.args import tensor_arg
-from perf_plugin.trace.events import TraceOp
-from perf_plugin.trace.mapped import MappedOp, Slot
-
-if TYPE_CHECKING:
-    import torch
-
-Shape = tuple[int, ...]
-FLOAT_GEMM = frozenset({"BF16", "FLOAT16", "FLOAT"})
-QUANT_SCALE = frozenset({"BF16", "FLOAT"})
-QUANT_OUT = frozenset({"BF16", "FLOAT16"})
-SWIGLU_SCALE = frozenset({"FLOAT", "BF16", "FLOAT16"})
-# Int8 magnitude bound of the SwigluQuant draws: |partial sums| <= 64*K < 2**24 keeps float32 exact.
-EXACT_INT8_BOUND = 8
-
-
-def _ends(sizes: Any) -> list[int]:
-    return list(accumulate(sizes))
-
-
-# ----------------------------------------------------------------------------- shared helpers
 from perf_plugin.replay.kernels._grouped_gemm import (
+    EXACT_INT8_BOUND,
+    FLOAT_GEMM,
+    QUANT_OUT,
+    QUANT_SCALE,
+    SWIGLU_SCALE,
     Groups,
     check_group_list,
     draw_groups,
@@ -77,6 +59,15 @@ from perf_plugin.replay.kernels._grouped_gemm import (
     swiglu_requant,
     weight_shape,
 )
+from perf_plugin.replay.tensors import KernelRow, TensorSpec, shape_text
+from perf_plugin.trace.args import tensor_arg
+from perf_plugin.trace.events import TraceOp
+from perf_plugin.trace.mapped import MappedOp, Slot
+
+if TYPE_CHECKING:
+    import torch
+
+Shape = tuple[int, ...]
 
 
 # ----------------------------------------------------------------------------- GroupedMatmul

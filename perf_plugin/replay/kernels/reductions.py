@@ -30,7 +30,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.kernels.elementwise import scalar_aware_inputs, scalar_aware_outputs
+from perf_plugin.replay.kernels.elementwise import one_input_one_output, scalar_aware_outputs
 from perf_plugin.replay.tensors import DTYPES, FLOATING, KernelRow, TensorSpec, shape_text
 from perf_plugin.trace.args import SCALAR_TYPE_CODES, concrete_arg, tensor_arg
 from perf_plugin.trace.events import TraceOp
@@ -85,14 +85,7 @@ class LpNormV2Replay(OpReplay):
         return scalar_aware_outputs(row)
 
     def operands(self, row: KernelRow) -> tuple[TensorSpec, TensorSpec]:
-        inputs = scalar_aware_inputs(row)
-        outputs = scalar_aware_outputs(row)
-        if len(inputs) != 1 or len(outputs) != 1:
-            raise CaseBuildError(
-                f"{row.kernel_type} needs one input and one output, got {len(inputs)} input slot(s) and "
-                f"{len(outputs)} output(s)"
-            )
-        x, out = inputs[0], outputs[0]
+        x, out = one_input_one_output(row)
         if x.dtype not in FLOATING:
             raise CaseBuildError(f"{row.kernel_type} input dtype {x.dtype} is not floating")
         if out.shape != ():

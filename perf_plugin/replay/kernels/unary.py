@@ -25,7 +25,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.kernels.elementwise import scalar_aware_inputs, scalar_aware_outputs
+from perf_plugin.replay.kernels.elementwise import one_input_one_output, scalar_aware_outputs
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec, shape_text
 from perf_plugin.trace.args import DEFAULT_FLOAT, category, tensor_arg
 from perf_plugin.trace.events import TraceOp
@@ -63,14 +63,7 @@ class _UnaryReplay(OpReplay):
         return scalar_aware_outputs(row)
 
     def operands(self, row: KernelRow) -> tuple[TensorSpec, TensorSpec]:
-        inputs = scalar_aware_inputs(row)
-        outputs = scalar_aware_outputs(row)
-        if len(inputs) != 1 or len(outputs) != 1:
-            raise CaseBuildError(
-                f"{row.kernel_type} needs one input and one output, got {len(inputs)} input slot(s) "
-                f"and {len(outputs)} output(s)"
-            )
-        x, out = inputs[0], outputs[0]
+        x, out = one_input_one_output(row)
         if out.shape != x.shape:
             raise CaseBuildError(f"{row.kernel_type} output {shape_text(out)} differs from the input {shape_text(x)}")
         expected = x.dtype
