@@ -16,7 +16,7 @@ import pytest
 
 from tests.test_plugin import BENCH_TEST, _profiler_modules_loaded  # noqa: F401
 
-SCRIPT = Path(__file__).parent / "perf" / "transformer_trace.py"
+SCRIPT = Path(__file__).parents[1] / "examples" / "transformer_trace.py"
 
 
 def load_script():  # type: ignore[no-untyped-def]

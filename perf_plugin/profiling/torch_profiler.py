@@ -17,15 +17,17 @@ profiler stops, the raw Kineto events are attributed to (case, repeat) pairs
   case's timed repeats run inside one labelled range, split afterwards into equal runs of one
   operator sequence.  A range per repeat (``--perf-repeat-markers``) doubles the events (0.77 instead
   of 0.54 ms per small case on a 2-core x86 host) and lengthens a small op's profiled time by
-  3.5-4 %, the range's own work landing between the ops (``tests/perf/repeat_delimiting_effect.py``).
+  3.5-4 %, the range's own work landing between the ops (``reproduce/repeat_delimiting_effect.py``;
+  3.6-5.6 % in ten runs of this version).
   Collection is switched off outside the timed repeats (``toggle_collection_dynamic``): a
   case's input generation, verification and warm-up would otherwise record about twice the
   timed repeats' events, and reading events back is most of the profiler's cost (on a 2-core
   x86 host: 0.94 instead of 1.93 ms per small case, and the op durations 0.05 us (3 %) longer
   than with collection always on;
-  ``tests/perf/collector_variants.py``).  CUDA keeps collection on for the whole batch: toggling
-  CUDA activity has not been shown to work there (on torch 2.11 a toggled session returned no
-  events at all).
+  ``reproduce/wip/collector_variants.py``).  CUDA keeps collection on for the whole batch:
+  toggling works there on torch 2.11 (32 instead of ~47 events per small case, the same
+  durations) but the toggles cost more than the events they save (5.4 against 2.3-3.2 ms per
+  case on an H100).
 
 Raw events are read directly (``kineto_results.events()``) rather than through
 ``profile.events()``, whose Python-side tree building would dominate the cost of small cases.
@@ -69,7 +71,7 @@ def _range_factory() -> Callable[[str], contextlib.AbstractContextManager[Any]]:
 
 
 @contextlib.contextmanager
-def _quiet_native_stderr() -> Iterator[None]:
+def quiet_native_stderr() -> Iterator[None]:
     """Silence file descriptor 2 around profiler start/stop.
 
     Some torch builds have Kineto print a status line (``profiler_start``/``profiler_stop``) to
@@ -101,7 +103,7 @@ def _cyclic_gc_paused() -> Iterator[None]:
     collections that find nothing: these records form no cycles and are freed by reference
     counting when the flush returns.  In a pytest process on an H100 host (Python 3.12) the
     event reading that triggered them took ~1 ms per small case under cProfile, against ~0.1 ms
-    in a bare loop (``tests/perf/overhead_profile.py``).
+    in a bare loop (``docs/investigations.md``, "overhead_profile.py").
     """
     if not gc.isenabled():
         yield
@@ -147,7 +149,7 @@ class TorchProfilerCollector:
             from torch.profiler import profile
 
             self._profiler = profile(activities=self._activities, record_shapes=False, with_stack=False)
-            with _quiet_native_stderr(), warnings.catch_warnings():
+            with quiet_native_stderr(), warnings.catch_warnings():
                 # "Profiler clears events at the end of each cycle": intended, one session per batch
                 warnings.simplefilter("ignore", UserWarning)
                 self._profiler.__enter__()
@@ -160,7 +162,7 @@ class TorchProfilerCollector:
         if self._toggles and self._profiler is not None:
             # torch logs "Toggling CPU activity with GPU activity on may result in traces with GPU
             # events on arbitrary tracks" to fd 2 at every toggle, GPU or not: not for the user
-            with _quiet_native_stderr():
+            with quiet_native_stderr():
                 self._profiler.toggle_collection_dynamic(enable, self._activities)
 
     def _stop(self) -> list[RawEvent]:
@@ -169,7 +171,7 @@ class TorchProfilerCollector:
         self.backend.synchronize()
         self._collect(True)  # what was recorded comes back whatever the state; stop as started
         profiler, self._profiler = self._profiler, None
-        with _quiet_native_stderr():
+        with quiet_native_stderr():
             profiler.__exit__(None, None, None)
         # on CUDA device activity only: runtime API records (CPU side) are not needed
         events = read_events(profiler.profiler.kineto_results.events(), device_only=self._marker is not None)

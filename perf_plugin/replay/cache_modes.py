@@ -14,7 +14,7 @@ each copy is used once, and one flush after building them stands in for the traf
 copies never built (``rotation_plan``).  So a cycle of 1024 copies costs 35 copies and a flush.
 
 Which mode is closest to the durations the same kernels had inside a real model run is a
-measurement (``tests/perf/cache_modes_vs_model.py``); ``auto``, the default, follows it per
+measurement (``reproduce/wip/cache_modes_vs_model.py``); ``auto``, the default, follows it per
 backend (``Backend.auto_cache_mode``).
 """
 

@@ -55,14 +55,14 @@ def _number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _finite(value: Any) -> Any:
-    """``_number`` applied to every float of a nested structure."""
+def finite_values(value: Any) -> Any:
+    """Every float of a nested structure kept if finite, else None (JSON has no NaN or infinity)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
+        return {str(k): finite_values(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [finite_values(v) for v in value]
     return value
 
 
@@ -88,7 +88,7 @@ def _stats(tally: RunTally) -> dict[str, Any]:
 
 
 def _case(result: CaseResult) -> dict[str, Any]:
-    # Built finite field by field: walking every case again with ``_finite`` would double the cost.
+    # Built finite field by field: walking every case again with ``finite_values`` would double the cost.
     stats = None
     if result.samples_us:
         s = SampleStats.of(result.samples_us)
@@ -150,7 +150,7 @@ def build_run_report(summary: RunSummary, reports_dir: str | Path | None = None)
         "duration_gap": _duration_gap(summary),
     }
     # The per-case entries are finite already; everything else is small.
-    return {key: value if key == "results" else _finite(value) for key, value in report.items()}
+    return {key: value if key == "results" else finite_values(value) for key, value in report.items()}
 
 
 def _replay_run(summary: RunSummary) -> dict[str, Any]:
@@ -204,7 +204,7 @@ def _writeback(f: FileWriteback) -> dict[str, Any]:
 ONE_ITEM_PER_LINE: frozenset[str] = frozenset({"results", "quarantined", "writeback"})
 
 
-def _json(value: Any, indent: int | None = None) -> str:
+def report_json(value: Any, indent: int | None = None) -> str:
     # default=str: env_spec comes from outside this module and may hold a non-JSON value.
     return json.dumps(value, indent=indent, ensure_ascii=False, allow_nan=False, default=str)
 
@@ -214,11 +214,11 @@ def render_run_report(summary: RunSummary, reports_dir: str | Path | None = None
     members = []
     for key, value in report.items():
         if key in ONE_ITEM_PER_LINE and isinstance(value, list) and value:
-            text = "[\n" + ",\n".join(f"    {_json(item)}" for item in value) + "\n  ]"
+            text = "[\n" + ",\n".join(f"    {report_json(item)}" for item in value) + "\n  ]"
         else:
             # JSON strings never hold a raw newline, so re-indenting by lines is safe.
-            text = _json(value, indent=2).replace("\n", "\n  ")
-        members.append(f"  {_json(key)}: {text}")
+            text = report_json(value, indent=2).replace("\n", "\n  ")
+        members.append(f"  {report_json(key)}: {text}")
     return "{\n" + ",\n".join(members) + "\n}\n"
 
 

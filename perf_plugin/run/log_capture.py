@@ -3,7 +3,7 @@
 pytest's ``logging`` plugin attaches its two capture handlers, in every phase of every test, to
 the root logger and to every logger that does not propagate; torch registers about forty such
 loggers, so on a 2-core x86 host the capture costs ~0.35 ms per test: more than a third of what
-a small CPU replay case costs in all (``tests/perf/bench_overhead.py``).  Replays do not log, and
+a small CPU replay case costs in all (``benchmarks/bench_overhead.py``).  Replays do not log, and
 what a library logs at WARNING or above during a replay still reaches the test's captured stderr
 (torch's own handler, or Python's last-resort handler), which pytest shows with a failure.
 

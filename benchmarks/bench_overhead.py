@@ -12,11 +12,23 @@ first calls and write-back are left out; on noisy hosts the steadiest figure).  
 time spent in the cyclic garbage collector per case, and the peak RSS and peak device memory of
 the pytest process, so runs with different N show whether memory stays flat.
 
-    python tests/perf/bench_overhead.py --backend cpu --cases 1000 --repeats 30
-    python tests/perf/bench_overhead.py --backend cuda --cases 3000 --repeats 30 --rounds 3
-
 The sides alternate in each round and the medians over rounds are reported: on a shared host
 one run of each is not enough to tell a 10 % difference from noise.
+
+Prerequisites: a CPU, or an NVIDIA GPU with torch built for CUDA (``--backend cuda``); this
+project installed (``pip install -e .``), run from a checkout of the repository (the pytest side
+runs ``bench/test_kernels.py``).
+
+    python benchmarks/bench_overhead.py --backend cpu --cases 1000 --repeats 30
+    python benchmarks/bench_overhead.py --backend cuda --cases 3000 --repeats 30 --rounds 3
+    python benchmarks/bench_overhead.py --backend cpu --cases 10000 --memory-only
+
+Expected output: a line per round, then the medians: whole-run wall time, cases/s and peak RSS
+of the bare loop and the pytest run and their ratio (target at most 1.2), the marginal cost per
+case, pytest's own floor (an empty parametrized test), the steady-state figures README.md
+reports under "Measured" (bare loop and pytest per case, their ratio, cases/s, what the harness
+adds beyond pytest's own), the garbage collector's share and pytest's exit code.  With
+``--memory-only``: the pytest run's wall time, peak RSS and peak device memory.
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ import textwrap
 from statistics import median
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 HEADER = "OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"
 
 # Prepended to every child: time spent in the cyclic garbage collector, by generation, from the
@@ -84,8 +96,8 @@ CHILD_PYTEST = GC_RECORDER + STEADY_CLOCK + textwrap.dedent(
     db, backend, repeats, out, cache_mode = sys.argv[1:6]
     GC_STATS["on"] = True
     start = time.perf_counter()
-    code = pytest.main([{bench!r}, "--database-path", db, "--backend", backend, "--repeat-count", repeats,
-                        "--cache-mode", cache_mode,
+    code = pytest.main([{bench!r}, "--perf-database-path", db, "--perf-backend", backend, "--perf-repeat-count", repeats,
+                        "--perf-cache-mode", cache_mode,
                         "-q", "-p", "no:cacheprovider", "--no-header", "-o", "console_output_style=classic",
                         *{extra!r}], plugins=[CLOCK])
     wall = time.perf_counter() - start
@@ -165,16 +177,6 @@ def write_database(directory: Path, cases: int) -> None:
         shape = f"{rows_},{cols}"
         rows.append(f'dynamic,AI_VECTOR_CORE,"""{shape};{shape}""",FLOAT;FLOAT,ND;ND,"""{shape}""",FLOAT,ND')
     (directory / "Add.csv").write_text("\n".join([HEADER, *rows]) + "\n")
-
-
-def small_cases(count: int) -> list:
-    """The cases of ``count`` small Add rows (``write_database``), loaded in this process."""
-    from perf_plugin.run.cases import load_case_set
-    from perf_plugin.replay.registry import get_replay
-
-    with tempfile.TemporaryDirectory() as tmp:
-        write_database(Path(tmp), count)
-        return load_case_set(Path(tmp), get_replay).cases
 
 
 def run_child(source: str, db: Path, backend: str, repeats: int, scratch: Path, cache_mode: str = "auto",

@@ -1,16 +1,36 @@
 """Which cache mode lands closest to the durations kernels had inside a real model run?
 
-Input: a database directory ingested from a profile of a model run (``perfdb ingest`` or
-``tests/perf/transformer_trace.py``), whose rows carry ``Profiling Average Duration(us)``.  For
-each cache mode the directory is copied and replayed by ``pytest bench --cache-mode MODE``; each
+Reproduces README.md, "Measured" (H100), "Cache modes against in-model durations": a 4-layer
+Llama-3.1-8B prefill of 512 tokens and decode of 16 tokens, bf16, profiled and ingested, then
+replayed in each mode; microbench / in-model, geometric mean over rows and ratio of sums: decode
+warm 0.79 / 0.86, rotate 0.96 / 0.96, cold 1.16 / 1.17; prefill warm 0.84 / 0.91, rotate 1.11 /
+0.99, cold 1.33 / 1.12.
+
+Input: a database directory ingested from a profile of a model run (``--database``: from
+``perfdb ingest`` or ``examples/transformer_trace.py``), whose rows carry ``Profiling Average
+Duration(us)``; or ``--tokens N``, which first runs ``examples/transformer_trace.py`` (4
+Llama-3.1-8B decoder layers, bf16, 3 forward passes of N tokens) into ``OUT/trace``.  For each
+cache mode the directory is copied and replayed by ``pytest bench --perf-cache-mode MODE``; each
 row's microbenchmark average is set against its in-model average.
 
 Prints, per mode: the geometric mean of microbench / in-model, the median and 90th percentile of
 the absolute deviation, and the ratio of the summed durations (what a model of the whole run
 would see); then the same per kernel type.  Writes every row's figures to ``--csv`` if given.
 
-    python tests/perf/transformer_trace.py --device cuda --tokens 512 --layers 4 --iterations 3 --out /tmp/llama
-    python tests/perf/cache_modes_vs_model.py --database /tmp/llama --backend cuda
+Verification missing: needs an NVIDIA GPU; not run on this version (README's figures were taken
+on an H100 80GB HBM3 with an earlier version whose CUDA collector is this version's).
+
+Prerequisites: an NVIDIA GPU, torch built for CUDA, this project installed (``pip install -e .``),
+run from a checkout of the repository (``bench/``, ``examples/``).
+
+    python reproduce/wip/cache_modes_vs_model.py --tokens 512 --backend cuda --out OUT_PREFILL
+    python reproduce/wip/cache_modes_vs_model.py --tokens 16 --backend cuda --out OUT_DECODE
+    python reproduce/wip/cache_modes_vs_model.py --database DIR --backend cuda [--modes warm,rotate:64] [--csv FILE]
+
+Expected output: a table with one line per mode (rows, geometric mean, median and p90 of the
+absolute deviation, sum ratio), then one line per kernel type (geometric mean and sum ratio per
+mode); then ``OUT/cache_modes_vs_model.json`` (by default in a new temporary directory) with
+the per-mode summary under ``stats.modes``.
 """
 
 from __future__ import annotations
@@ -23,15 +43,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from perf_plugin.database.schema import MICROBENCH_AVERAGE, PROFILING_AVERAGE
+from perf_plugin.replay.cache_modes import CACHE_MODES
+from perf_plugin.report.environment import collect_env_spec
+from perf_plugin.report.run_json import LLM_CONCURRENCY, finite_values, report_json
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from perf_plugin.database.schema import MICROBENCH_AVERAGE, PROFILING_AVERAGE  # noqa: E402
-from perf_plugin.replay.cache_modes import CACHE_MODES  # noqa: E402
+NAME = "cache_modes_vs_model"
 
 IDENTITY = ("Input Shapes", "Input Data Types", "Input Formats", "Output Shapes", "Output Data Types", "Output Formats")
 
@@ -53,10 +76,10 @@ def replay(database: Path, backend: str, variant: str, repeats: int, scratch: Pa
     mode, _, max_copies = variant.partition(":")
     copy = scratch / variant.replace(":", "_")
     shutil.copytree(database, copy, ignore=shutil.ignore_patterns("reports", "*.lock"))
-    extra = ["--rotate-max-copies", max_copies] if max_copies else []
+    extra = ["--perf-rotate-max-copies", max_copies] if max_copies else []
     subprocess.run(
-        [sys.executable, "-m", "pytest", str(ROOT / "bench" / "test_kernels.py"), "--database-path", str(copy),
-         "--backend", backend, "--cache-mode", mode, *extra, "--repeat-count", str(repeats), "-q",
+        [sys.executable, "-m", "pytest", str(ROOT / "bench" / "test_kernels.py"), "--perf-database-path", str(copy),
+         "--perf-backend", backend, "--perf-cache-mode", mode, *extra, "--perf-repeat-count", str(repeats), "-q",
          "-p", "no:cacheprovider", "--no-header"],
         check=False, cwd=ROOT, stdout=subprocess.DEVNULL,
     )
@@ -85,15 +108,34 @@ def summary(selected: list[Pair]) -> tuple[float, float, float, float]:
     return math.exp(statistics.fmean(logs)), statistics.median(deviations), p90, total
 
 
-def main() -> int:
+def model_trace(tokens: int, backend: str, out: Path) -> Path:
+    """Profile 4 Llama-3.1-8B decoder layers (3 forward passes of ``tokens`` tokens) and ingest the trace."""
+    database = out / "trace"
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "transformer_trace.py"), "--device", backend, "--dtype", "bf16",
+         "--tokens", str(tokens), "--layers", "4", "--iterations", "3", "--out", str(database)],
+        check=True, cwd=ROOT,
+    )
+    return database
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--database", type=Path, required=True, help="directory ingested from a model run")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--database", type=Path, help="directory ingested from a model run")
+    source.add_argument("--tokens", type=int, help="profile 4 Llama-3.1-8B layers on this many tokens first")
     parser.add_argument("--backend", default="cuda")
     parser.add_argument("--modes", default=",".join(m for m in CACHE_MODES if m != "auto"),
                         help="comma-separated cache modes; rotate:N caps rotation at N input copies")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--csv", type=Path, help="write every row's figures here")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, help=f"directory of {NAME}.json and the trace (default: a new temporary directory)")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    out = args.out or Path(tempfile.mkdtemp(prefix=f"{NAME}_"))
+    out.mkdir(parents=True, exist_ok=True)
+    if args.database is None:
+        args.database = model_trace(args.tokens, args.backend, out)
     modes = [m for m in args.modes.split(",") if m]
     results: dict[str, list[Pair]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -125,6 +167,31 @@ def main() -> int:
             for mode, found in results.items():
                 for p in found:
                     writer.writerow([mode, p.kernel_type, *p.identity, p.in_model_us, p.microbench_us, f"{p.ratio:.4f}"])
+
+    summaries: dict[str, dict[str, Any]] = {}
+    for mode, found in results.items():
+        if found:
+            geo, median, p90, total = summary(found)
+            summaries[mode] = {"rows": len(found), "geomean_ratio": geo, "median_abs_deviation": median,
+                               "p90_abs_deviation": p90, "sum_ratio": total}
+    rows = max((len(found) for found in results.values()), default=0)
+    report = {
+        "benchmark": f"perf_plugin.reproduce:{NAME}",
+        "script": f"reproduce/wip/{NAME}.py",
+        "workflow": "pytest bench per cache mode vs in-model durations",
+        "pass_n": 1,  # one replay of the database per mode
+        "ops_count": rows,
+        "elapsed_s": time.perf_counter() - started,
+        "device_ids": [0] if args.backend == "cuda" else [],
+        "max_concurrency": 1,
+        "llm_concurrency": LLM_CONCURRENCY,
+        "env_spec": collect_env_spec(args.backend, cwd=ROOT),
+        "task_log_dir": str(out),
+        "stats": {"database": str(args.database), "tokens": args.tokens, "repeats": args.repeats, "modes": summaries},
+    }
+    path = out / f"{NAME}.json"
+    path.write_text(report_json(finite_values(report), indent=2) + "\n", encoding="utf-8")
+    print(f"report: {path}")
     return 0
 
 

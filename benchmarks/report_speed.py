@@ -1,14 +1,18 @@
 """Cost of the end-of-run reports: ``collect_env_spec`` and ``write_reports`` on a large run.
 
-Plain script (not collected by pytest):
-
-    python tests/perf/report_speed.py [--cases 20000] [--backend cpu]
-
 Targets: ``collect_env_spec`` under 0.5 s (first call in a process that already imported torch,
 as at the end of a run, including ``git``); all reports of a 20,000-case run written in under
 2 s.  The run is synthetic but shaped like a real one: every case has 20 samples, one in ten
-failed, one in twenty launched two kernels, every measured row has a gap entry.  Exit status 1
-when a target is missed.
+failed, one in twenty launched two kernels, every measured row has a gap entry.
+
+Prerequisites: any CPU, torch, this project installed (``pip install -e .``); ``git`` on the
+path for the environment's commit (optional).
+
+    python benchmarks/report_speed.py [--cases 20000] [--backend cpu]
+
+Expected output: the time of the first and of a second ``collect_env_spec`` call (with whether
+git was found, the GPUs and any errors), the time ``write_reports`` took with the size of each
+report file, and a ``MISSED:`` line per target missed.  Exit status 1 when a target is missed.
 """
 
 from __future__ import annotations
@@ -20,10 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from perf_plugin.results import CaseRef, CaseResult, FileWriteback, GapRow, KernelTime, RunSummary
 
-from perf_plugin.results import CaseRef, CaseResult, FileWriteback, GapRow, KernelTime, RunSummary  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 ENV_TARGET_S = 0.5
 REPORTS_TARGET_S = 2.0

@@ -4,13 +4,20 @@ The layer follows a model configuration of ``perf_plugin.grid.models`` (Llama-3.
 RMSNorm, grouped-query attention with rotary embeddings, SwiGLU MLP) with random weights, so no
 download is needed.  Its forward pass runs under ``torch.profiler`` with ``record_shapes=True``;
 ``perf_plugin.ingest.ingest_profiler`` turns the live profiler into a database directory whose
-rows the replays can run:
+rows the replays can run.
 
-    python tests/perf/transformer_trace.py --device cuda --dtype bf16 --tokens 512 --layers 4 --iterations 3 --out DIR
-    pytest bench --database-path DIR --backend cuda
+Prerequisites: torch (with CUDA for ``--device cuda``), this project installed
+(``pip install -e .``).
+
+    python examples/transformer_trace.py --device cuda --dtype bf16 --tokens 512 --layers 4 --iterations 3 --out DIR
+    pytest bench --perf-database-path DIR --perf-backend cuda
 
 ``--scale`` divides hidden size, heads and intermediate size (keeping head_dim and the GQA ratio)
-for quick CPU runs; the project's tests use it.
+for quick CPU runs; the project's tests use it (``tests/test_transformer_trace_replay.py`` loads
+this file by path).
+
+Expected output: a line naming the model, layers, passes, tokens, dtype and device, then one
+line per CSV written to ``DIR`` (kernel type and rows).
 """
 
 from __future__ import annotations
@@ -21,10 +28,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,30 @@ For about a dozen kernels from ~2 us to ~5 ms:
 3. reference B, Nsight Compute's ``gpu__time_duration.sum`` of the same bare call (only for
    kernels of 20 us and more: below that ncu's figure includes its own replay overhead).
 
-Prints one table: harness, CUPTI, ratio, ncu, ratio, CUPTI @start, ratio.  Target: within 2 %.
+Reproduces README.md, "Measured" (H100), the table "Harness vs a CUPTI trace of a bare script"
+(12 kernels, 50 repeats, warm cache, medians of alternating rounds; the columns verify-first,
+idle 3 s run 1 and run 2, and ``@start``), the run with neither option (7 of 12 within 2 %), and
+the Nsight Compute figures of the first note.
 
-    python tests/perf/compare_reference_cuda.py [--repeats 50] [--rounds 3] [--no-ncu] [--with-markers] [--busy-ms 200] [--idle-ms 3000] [--verify-first]
+Verification missing: needs an NVIDIA GPU (and ``ncu`` for reference B); not run on this
+version: README's table comes from an H100 80GB HBM3 (torch 2.11, CUDA 13, driver 580), partly
+with an earlier version of the project (README says which columns).
+
+Prerequisites: an NVIDIA GPU with about 3 GiB free, torch built for CUDA, Nsight Compute's
+``ncu`` on the path (or ``--no-ncu``), this project installed (``pip install -e .``), run from a
+checkout of the repository (the harness side runs ``bench/test_kernels.py``).
+
+    python reproduce/wip/compare_reference_cuda.py --repeats 50 --rounds 2                          # with ncu
+    python reproduce/wip/compare_reference_cuda.py --repeats 50 --rounds 2 --verify-first --no-ncu  # column verify-first
+    python reproduce/wip/compare_reference_cuda.py --repeats 50 --rounds 2 --idle-ms 3000 --no-ncu  # columns idle 3 s
+
+Other options: ``[--with-markers] [--busy-ms 200] [--cache-mode warm] [--out DIR]``.
+
+Expected output (several minutes): a header line, then one table line per kernel: harness us and
+its spread over rounds, CUPTI us and its spread, their ratio (target: within 2 %), ncu us and
+ratio (kernels of 20 us and more), CUPTI ``@start`` us and ratio; then
+``DIR/compare_reference_cuda.json`` (by default in a new temporary directory) with every
+kernel's figures under ``stats.kernels``.
 """
 
 from __future__ import annotations
@@ -29,10 +50,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from perf_plugin.report.environment import collect_env_spec
+from perf_plugin.report.run_json import LLM_CONCURRENCY, finite_values, report_json
 
 ROOT = Path(__file__).resolve().parents[2]
+NAME = "compare_reference_cuda"
 HEADER = "OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"
 
 
@@ -185,8 +212,8 @@ def harness_durations(repeats: int, scratch: Path, cache_mode: str = "warm", rou
         rows = [f"dynamic,AI_CORE,{k.row}" for k in kernels]
         (db / f"{kernel_type}.csv").write_text("\n".join([HEADER, *rows]) + "\n")
     subprocess.run(
-        [sys.executable, "-m", "pytest", str(ROOT / "bench" / "test_kernels.py"), "--database-path", str(db),
-         "--backend", "cuda", "--repeat-count", str(repeats), "--cache-mode", cache_mode, "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", str(ROOT / "bench" / "test_kernels.py"), "--perf-database-path", str(db),
+         "--perf-backend", "cuda", "--perf-repeat-count", str(repeats), "--perf-cache-mode", cache_mode, "-q", "-p", "no:cacheprovider"],
         check=False, cwd=ROOT, stdout=subprocess.DEVNULL,
     )
     result: dict[str, float] = {}
@@ -257,7 +284,7 @@ def median_and_spread(values: list[float]) -> tuple[float, float]:
     return middle, (max(values) - min(values)) / middle if middle else float("nan")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3, help="alternating harness/reference rounds (default 3)")
@@ -274,8 +301,11 @@ def main() -> int:
                              "as the harness does (the GPU idles for as long as that takes)")
     parser.add_argument("--with-markers", action="store_true",
                         help="also the bare loop with a marker kernel before every call (the harness's --repeat-markers)")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, help=f"directory of {NAME}.json (default: a new temporary directory)")
+    args = parser.parse_args(argv)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    started = time.perf_counter()
+    table: dict[str, dict[str, Any]] = {}
     harness_runs: list[dict[str, float]] = []
     reference_runs: list[dict[str, tuple[float, float, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -316,6 +346,41 @@ def main() -> int:
                 marker_text += f"{marked:>12.2f}{measured / marked:>8.3f}"
             print(f"{kernel.name:24}{measured:>12.2f}{measured_spread:>7.1%} {cupti:>12.2f}{cupti_spread:>7.1%} "
                   f"{measured / cupti:>8.3f}{ncu_text:>12}{ratio_ncu:>8}{marker_text}", flush=True)
+            table[kernel.name] = {
+                "harness_us": measured, "harness_spread": measured_spread,
+                "cupti_us": cupti, "cupti_spread": cupti_spread, "ratio_cupti": measured / cupti,
+                "ncu": ncu_text, "ratio_ncu": ratio_ncu,
+                "cupti_at_start_us": at_start, "ratio_at_start": measured / at_start,
+            }
+
+    out = args.out or Path(tempfile.mkdtemp(prefix=f"{NAME}_"))
+    out.mkdir(parents=True, exist_ok=True)
+    within = sum(1 for row in table.values() if abs(row["ratio_cupti"] - 1.0) <= 0.02)
+    report = {
+        "benchmark": f"perf_plugin.reproduce:{NAME}",
+        "script": f"reproduce/wip/{NAME}.py",
+        "workflow": "pytest bench vs bare torch.profiler loop (and ncu)",
+        "pass_n": args.rounds,
+        "ops_count": len(KERNELS),
+        "elapsed_s": time.perf_counter() - started,
+        "device_ids": [0],  # the harness's pytest run and the bare processes use the default GPU
+        "max_concurrency": 1,
+        "llm_concurrency": LLM_CONCURRENCY,
+        "env_spec": collect_env_spec("cuda", cwd=ROOT),
+        "task_log_dir": str(out),
+        "stats": {
+            "total_ops": len(KERNELS),
+            "passed_ops": within,  # within 2 % of the CUPTI reference
+            "failed_ops": len(KERNELS) - within,
+            "pass_rate": round(within / len(KERNELS), 3),
+            "settings": {"repeats": args.repeats, "rounds": args.rounds, "cache_mode": args.cache_mode,
+                         "busy_ms": args.busy_ms, "idle_ms": args.idle_ms, "verify_first": args.verify_first},
+            "kernels": table,
+        },
+    }
+    path = out / f"{NAME}.json"
+    path.write_text(report_json(finite_values(report), indent=2) + "\n", encoding="utf-8")
+    print(f"report: {path}")
     return 0
 
 
