@@ -31,6 +31,7 @@ from perf_plugin.run.setup import (
     device_count,
     ensure_run_state,
     header_lines,
+    import_torch_outside_capture,
     is_worker,
     may_run_msprof,
     no_local_workers,
@@ -138,6 +139,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Both: every database row becomes one parametrized case of a test using ``kernel_case``."""
     if CASE_FIXTURE not in metafunc.fixturenames:
         return
+    import_torch_outside_capture(metafunc.config)  # an xdist worker's state is there already
     state = ensure_run_state(metafunc.config)
     if state is None:
         reason = metafunc.config.stash.get(CONFIG_ERROR, "no database could be resolved")

@@ -9,6 +9,18 @@ import pytest
 pytest_plugins = ["pytester"]
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """torch imported before the test modules, with capture suspended, as a replay run imports it.
+
+    The tests run replay sessions inside this one (pytester); imported by a test module under
+    this session's capture, torch's logging would write to that capture stream, not to the
+    inner run's report whose contents the log-capture tests check.
+    """
+    from perf_plugin.run.setup import import_torch_outside_capture
+
+    import_torch_outside_capture(config)
 ASCEND = FIXTURES / "ascend"
 
 

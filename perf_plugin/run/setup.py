@@ -8,8 +8,10 @@ device identity through ``workerinput`` and one device of its own (``pin_worker_
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +59,22 @@ def may_run_msprof(settings: options.Settings) -> bool:
     return settings.backend == "auto" and importlib.util.find_spec("torch_npu") is not None
 
 
+def import_torch_outside_capture(config: pytest.Config) -> None:
+    """Import torch, the first time, with pytest's output capture suspended.
+
+    torch binds its logging handlers to ``sys.stderr`` as it is at import time; imported during
+    collection that is pytest's capture stream, which is closed at the end of the session (and,
+    in a pytest run inside another, the outer test's), so torch's warnings would go there
+    rather than to the failing case's report.  Imported here they go to the process's stderr,
+    which pytest's descriptor-level capture still attributes to the test that wrote them.
+    """
+    if "torch" in sys.modules:
+        return
+    capture = config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+        import torch  # noqa: F401
+
+
 def ensure_run_state(config: pytest.Config) -> RunState | None:
     """Controller: the run state, identifying the device on first use (None: it cannot be
     resolved; the reason is kept and raised only if a replay test is collected)."""
@@ -64,6 +82,7 @@ def ensure_run_state(config: pytest.Config) -> RunState | None:
     if state is not None or CONFIG_ERROR in config.stash or SETTINGS not in config.stash:
         return state
     settings = config.stash[SETTINGS]
+    import_torch_outside_capture(config)
     return start_run(config, settings, lambda: identify_device(settings))
 
 
