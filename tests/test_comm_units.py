@@ -240,7 +240,7 @@ def test_hccl_process_group_and_device_construction(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None, reason="torch_npu is installed here")
 def test_hccl_without_torch_npu_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    with pytest.raises(CommConfigError, match="the hccl backend needs torch_npu"):
+    with pytest.raises(CommConfigError, match="hccl backend cannot bind LOCAL_RANK 0: the npu backend needs torch_npu"):
         activate(CCL_SPECS["hccl"], 0)
     monkeypatch.setenv("ASCEND_TOOLKIT_HOME", str(tmp_path))  # a toolkit directory with no version.info
     with pytest.raises(CommConfigError, match="give --cann-version"):

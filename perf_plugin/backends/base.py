@@ -35,9 +35,20 @@ class Backend(ABC):
     # How the derived database path names this backend's stack version (perf_plugin.run.location):
     # "cpu" (torch only), "cuda" (torch and CUDA) or "ascend" (vllm, torch and CANN).
     version_scheme: str = "cpu"
+    # Whether init_process_group is given this device (``device_id``), so the collective library
+    # sets up its communicator at once on it rather than at the first collective (NCCL).
+    eager_ccl_init: bool = False
+    # The section of the run's environment description that describes this backend's devices
+    # (perf_plugin.report.environment), probed harder when the run uses them.
+    environment_section: str | None = None
 
     def __init__(self, index: int = 0) -> None:
         self.index = index
+
+    @classmethod
+    def device_string(cls, index: int) -> str:
+        """torch's name of device ``index`` (a backend's ``name`` is torch's device type)."""
+        return f"{cls.name}:{index}"
 
     @staticmethod
     def device_count() -> int:
@@ -57,6 +68,26 @@ class Backend(ABC):
 
     def synchronize(self) -> None:
         """Wait for queued device work (no-op on the CPU)."""
+
+    def bind(self) -> "torch.device":
+        """Make this backend's device (``index``) the process's current one and return it: a
+        collective rank binds before ``init_process_group``.  Raises RuntimeError when there is
+        no such device."""
+        return self.torch_device()
+
+    def timing_event(self) -> Any | None:
+        """The event class that times a span on the device's stream (``record``/``elapsed_time``),
+        or None where a host timer measures the work (the CPU)."""
+        return None
+
+    def spin_kernel(self) -> Callable[[int], None] | None:
+        """Queue a kernel that spins the device for a number of clock cycles (None: none exists)."""
+        return None
+
+    @staticmethod
+    def ccl_version() -> str | None:
+        """The version of this backend's collective library, when it can be detected."""
+        return None
 
     def free_memory_bytes(self) -> int | None:
         """Free device memory, or None when unknown."""
@@ -86,7 +117,8 @@ class Backend(ABC):
     def marker(self) -> Callable[[], Any] | None:
         """A launch of a tiny kernel of its own that delimits a case's repeats on the device
         timeline (None: the backend's profiler has labelled ranges instead)."""
-        return None
+        spin = self.spin_kernel()
+        return None if spin is None else lambda: spin(1)  # one spin cycle: the cheapest kernel
 
     def describe(self) -> str:
         return f"{self.name} ({self.device_name()})"

@@ -17,6 +17,10 @@ class CpuBackend(Backend):
     ccl = "gloo"
     collection_toggles = True
 
+    @classmethod
+    def device_string(cls, index: int) -> str:
+        return "cpu"  # one device: xdist workers and ranks share it
+
     def torch_device(self) -> "torch.device":
         import torch
 
@@ -28,6 +32,12 @@ class CpuBackend(Backend):
 
     def accelerator_version(self) -> tuple[str, str] | None:
         return None
+
+    @staticmethod
+    def ccl_version() -> str | None:
+        import torch
+
+        return torch.__version__.split("+", 1)[0]  # gloo is built into torch
 
     def free_memory_bytes(self) -> int | None:
         try:

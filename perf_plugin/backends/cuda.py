@@ -19,6 +19,8 @@ class CudaBackend(Backend):
     auto_cache_mode = "rotate"
     profiler_activity = "CUDA"
     version_scheme = "cuda"
+    environment_section = "cuda_devices"
+    eager_ccl_init = True
 
     @staticmethod
     def available() -> bool:
@@ -32,10 +34,31 @@ class CudaBackend(Backend):
 
         return int(torch.cuda.device_count())
 
-    def marker(self) -> Callable[[], Any] | None:
+    def spin_kernel(self) -> Callable[[int], None] | None:
         import torch
 
-        return lambda: torch.cuda._sleep(1)  # type: ignore[no-untyped-call]  # one spin cycle: the cheapest kernel
+        sleep: Callable[[int], None] | None = getattr(torch.cuda, "_sleep", None)  # private: absent from some builds
+        return sleep
+
+    def bind(self) -> "torch.device":
+        import torch
+
+        count = torch.cuda.device_count()
+        if self.index >= count:
+            raise RuntimeError(f"there is no CUDA device {self.index}: {count} visible")
+        torch.cuda.set_device(self.index)
+        return self.torch_device()
+
+    def timing_event(self) -> Any | None:
+        import torch
+
+        return torch.cuda.Event
+
+    @staticmethod
+    def ccl_version() -> str | None:
+        import torch
+
+        return ".".join(str(part) for part in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
 
     def torch_device(self) -> "torch.device":
         import torch

@@ -35,6 +35,7 @@ class NpuBackend(Backend):
     visible_devices_var = "ASCEND_RT_VISIBLE_DEVICES"
     collector = "msprof"
     version_scheme = "ascend"
+    environment_section = "ascend"
     launches_named_apis = True
 
     def __init__(self, index: int = 0, device_label: str = DEFAULT_ASCEND_DEVICE) -> None:
@@ -76,6 +77,25 @@ class NpuBackend(Backend):
         import torch
 
         torch.npu.synchronize()  # type: ignore[attr-defined]
+
+    def bind(self) -> "torch.device":
+        import_torch_npu()
+        import torch
+
+        count = torch.npu.device_count()  # type: ignore[attr-defined]
+        if self.index >= count:
+            raise RuntimeError(f"there is no NPU {self.index}: {count} visible")
+        torch.npu.set_device(f"npu:{self.index}")  # type: ignore[attr-defined]
+        return self.torch_device()
+
+    def timing_event(self) -> Any | None:
+        import torch
+
+        return torch.npu.Event  # type: ignore[attr-defined]
+
+    @staticmethod
+    def ccl_version() -> str | None:
+        return cann_version()  # HCCL ships with CANN and carries its version
 
     def free_memory_bytes(self) -> int | None:
         import torch

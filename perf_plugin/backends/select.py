@@ -16,19 +16,22 @@ def backend_class(name: str) -> type[Backend]:
     return BACKEND_CLASSES[name]
 
 
+def detect_backend_class() -> type[Backend]:
+    """What ``--perf-backend auto`` picks on this host: an NPU, then CUDA, then the CPU."""
+    if NpuBackend.available():
+        return NpuBackend
+    if CudaBackend.available():
+        return CudaBackend
+    return CpuBackend
+
+
 def resolve_backend(choice: str, index: int = 0, ascend_device: str | None = None) -> Backend:
     if choice not in BACKEND_CHOICES:
         raise ValueError(f"unknown backend {choice!r} (choose from {', '.join(BACKEND_CHOICES)})")
-    if choice == "auto":
-        if NpuBackend.available():
-            choice = "npu"
-        elif CudaBackend.available():
-            choice = "cuda"
-        else:
-            choice = "cpu"
-    if choice == "cpu":
+    cls = detect_backend_class() if choice == "auto" else BACKEND_CLASSES[choice]
+    if cls is CpuBackend:
         return CpuBackend(index)
-    if choice == "cuda":
+    if cls is CudaBackend:
         if not CudaBackend.available():
             raise RuntimeError("--perf-backend cuda was asked for, but torch sees no CUDA device")
         return CudaBackend(index)

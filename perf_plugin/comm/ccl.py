@@ -1,26 +1,26 @@
 """The collective library of a run: HCCL on an NPU, NCCL on CUDA, gloo on the CPU.
 
-Everything device-specific about a rank lives here: which ``init_process_group`` backend, which
-device a rank binds (``npu:{LOCAL_RANK}`` after ``torch.npu.set_device``, ``cuda:{LOCAL_RANK}``
-after ``torch.cuda.set_device``), which variable limits the visible devices, and the names of the
-output directory ``{root}/{device}/{ccl}/{ccl_version}``.  ``torch_npu`` is imported only when an
-HCCL run starts, so nothing here needs it to construct or test the plan.
+A ``CclSpec`` ties a collective library to the device backend that declares it
+(``perf_plugin.backends``): which ``init_process_group`` backend, which device a rank binds
+(``Backend.bind``: ``npu:{LOCAL_RANK}``, ``cuda:{LOCAL_RANK}``), which variable limits the visible
+devices, and the names of the output directory ``{root}/{device}/{ccl}/{ccl_version}``.  Nothing
+here names a device kind: what differs between them is the backend's.  ``torch_npu`` is imported
+only when an HCCL rank binds its device, so nothing here needs it to construct or test the plan.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import platform
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping
 
-from perf_plugin.backends.select import BACKEND_CLASSES
+from perf_plugin.backends.base import Backend
+from perf_plugin.backends.select import BACKEND_CLASSES, detect_backend_class
 from perf_plugin.comm.settings import CommConfigError, CommSettings
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.paths import DEFAULT_ASCEND_DEVICE, comm_directory, sanitise_device_name
+from perf_plugin.database.paths import comm_directory
 
 if TYPE_CHECKING:
     import torch
@@ -29,35 +29,25 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class CclSpec:
     ccl: str  # the init_process_group backend and the database directory name
-    device_type: str  # cpu, cuda, npu
-    visible_devices_var: str | None
+    backend: type[Backend]  # the device backend whose collective library this is
+
+    @property
+    def visible_devices_var(self) -> str | None:
+        return self.backend.visible_devices_var
 
     def device_string(self, local_rank: int) -> str:
-        return "cpu" if self.device_type == "cpu" else f"{self.device_type}:{local_rank}"
+        return self.backend.device_string(local_rank)
 
-    def init_kwargs(self, timeout_s: float) -> dict[str, Any]:
+    def init_kwargs(self, timeout_s: float, device: "torch.device | None" = None) -> dict[str, Any]:
         """Keyword arguments of ``torch.distributed.init_process_group`` under torchrun (env://)."""
-        return {"backend": self.ccl, "init_method": "env://", "timeout": timedelta(seconds=timeout_s)}
+        kwargs: dict[str, Any] = {"backend": self.ccl, "init_method": "env://", "timeout": timedelta(seconds=timeout_s)}
+        if device is not None and self.backend.eager_ccl_init:
+            kwargs["device_id"] = device  # eager communicator set-up on this rank's device
+        return kwargs
 
 
 # Each device backend declares its collective library and visible-devices variable.
-CCL_SPECS: Mapping[str, CclSpec] = MappingProxyType(
-    {cls.ccl: CclSpec(cls.ccl, cls.name, cls.visible_devices_var) for cls in BACKEND_CLASSES.values()}
-)
-
-
-def _npu_available() -> bool:
-    if importlib.util.find_spec("torch_npu") is None:
-        return False
-    try:
-        from perf_plugin.backends.npu import import_torch_npu
-
-        import_torch_npu()
-        import torch
-
-        return bool(torch.npu.is_available())  # type: ignore[attr-defined]
-    except Exception:
-        return False
+CCL_SPECS: Mapping[str, CclSpec] = MappingProxyType({cls.ccl: CclSpec(cls.ccl, cls) for cls in BACKEND_CLASSES.values()})
 
 
 def select_ccl(choice: str, device_backend: str | None = None) -> CclSpec:
@@ -66,67 +56,42 @@ def select_ccl(choice: str, device_backend: str | None = None) -> CclSpec:
         return CCL_SPECS[choice]
     if device_backend in BACKEND_CLASSES:
         return CCL_SPECS[BACKEND_CLASSES[device_backend].ccl]
-    if _npu_available():
-        return CCL_SPECS["hccl"]
-    import torch
+    return CCL_SPECS[detect_backend_class().ccl]
 
-    return CCL_SPECS["nccl" if torch.cuda.is_available() else "gloo"]
+
+def rank_backend(spec: CclSpec, local_rank: int) -> Backend:
+    """The device backend of a rank: device ``LOCAL_RANK`` of the collective library's kind."""
+    return spec.backend(local_rank)
 
 
 def activate(spec: CclSpec, local_rank: int) -> "torch.device":
     """Bind this rank to its device (before init_process_group) and return it."""
-    import torch
-
-    if spec.device_type == "npu":
-        try:
-            from perf_plugin.backends.npu import import_torch_npu
-
-            import_torch_npu()
-        except RuntimeError as exc:
-            raise CommConfigError(f"the hccl backend needs torch_npu: {exc}") from None
-        count = torch.npu.device_count()  # type: ignore[attr-defined]
-        if local_rank >= count:
-            raise CommConfigError(f"rank with LOCAL_RANK {local_rank} has no NPU: {count} visible")
-        torch.npu.set_device(spec.device_string(local_rank))  # type: ignore[attr-defined]
-    elif spec.device_type == "cuda":
-        count = torch.cuda.device_count()
-        if local_rank >= count:
-            raise CommConfigError(f"rank with LOCAL_RANK {local_rank} has no CUDA device: {count} visible")
-        torch.cuda.set_device(local_rank)
-    return torch.device(spec.device_string(local_rank))
+    try:
+        return rank_backend(spec, local_rank).bind()
+    except RuntimeError as exc:  # torch_npu missing, fewer devices than ranks
+        raise CommConfigError(f"the {spec.ccl} backend cannot bind LOCAL_RANK {local_rank}: {exc}") from None
 
 
 def ccl_version(spec: CclSpec, settings: CommSettings) -> str:
-    """The ``{ccl_version}`` directory: CANN for HCCL, NCCL's own version, torch's for gloo."""
+    """The ``{ccl_version}`` directory: given, else the library's own (CANN's for HCCL)."""
     if settings.ccl_version:
         return settings.ccl_version
-    if spec.ccl == "hccl":
-        if settings.cann_version:
-            return settings.cann_version
-        from perf_plugin.backends.npu import cann_version
-
-        detected = cann_version()
-        if not detected:
-            raise CommConfigError("HCCL results are filed under hccl/{cann_version}: give --cann-version (e.g. 8.5)")
-        return detected
-    import torch
-
-    if spec.ccl == "nccl":
-        return ".".join(str(part) for part in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
-    return torch.__version__.split("+", 1)[0]
+    # Under the Ascend version scheme the collective library is versioned with CANN.
+    if spec.backend.version_scheme == "ascend" and settings.cann_version:
+        return settings.cann_version
+    detected = spec.backend.ccl_version()
+    if not detected:
+        option = "--cann-version" if spec.backend.version_scheme == "ascend" else "--comm-ccl-version"
+        raise CommConfigError(f"{spec.ccl} results are filed under {spec.ccl}/{{version}}: give {option} (e.g. 8.5)")
+    return detected
 
 
 def device_dir_name(spec: CclSpec, settings: CommSettings, local_rank: int = 0) -> str:
-    """The ``{device}`` directory: given, the Ascend default, the CUDA device name, or CPU_<arch>."""
+    """The ``{device}`` directory: given, else the backend's device name (the Ascend default label,
+    the CUDA device's name, CPU_<arch>)."""
     if settings.device:
         return settings.device
-    if spec.ccl == "hccl":
-        return DEFAULT_ASCEND_DEVICE
-    if spec.ccl == "nccl":
-        import torch
-
-        return sanitise_device_name(torch.cuda.get_device_name(local_rank))
-    return sanitise_device_name(f"CPU_{(platform.machine() or 'unknown').upper()}")
+    return rank_backend(spec, local_rank).device_name()
 
 
 def output_directory(spec: CclSpec, settings: CommSettings, rootdir: str | Path, local_rank: int = 0) -> Path:

@@ -26,7 +26,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from perf_plugin.comm.ccl import CclSpec, activate
+from perf_plugin.comm.ccl import CclSpec, activate, rank_backend
 from perf_plugin.comm.execute import build_buffers, check_result, make_call
 from perf_plugin.comm.launch import RankInfo
 from perf_plugin.comm.plan import CommCase, CommPlan
@@ -72,6 +72,7 @@ class CommRunner:
         self.info = info
         self.output_dir = output_dir
         self.device: Any = None
+        self.backend = rank_backend(spec, info.local_rank)  # constructing it touches no device
         self.control: Any = None
         self.groups: dict[int, Any] = {}
         self.broken: str | None = None
@@ -88,10 +89,7 @@ class CommRunner:
         timeout = timedelta(seconds=self.settings.timeout_s)
         if not dist.is_initialized():
             if self.info.launched:
-                kwargs = self.spec.init_kwargs(self.settings.timeout_s)
-                if self.spec.ccl == "nccl":
-                    kwargs["device_id"] = self.device  # eager communicator set-up on this GPU
-                dist.init_process_group(**kwargs)
+                dist.init_process_group(**self.spec.init_kwargs(self.settings.timeout_s, self.device))
             else:
                 # a world of one, no torchrun: an in-memory store needs no address or port
                 dist.init_process_group(
@@ -110,7 +108,7 @@ class CommRunner:
             else:
                 self.groups[size], _ = dist.new_subgroups(group_size=size, timeout=timeout)  # type: ignore[no-untyped-call]
         if self.settings.mode == "kernel":
-            warm_up_profiler(self.spec.device_type)
+            warm_up_profiler(self.backend)
         self._started = True
 
     def close(self) -> None:
@@ -138,7 +136,7 @@ class CommRunner:
             for _ in range(self.settings.warmup):
                 call()
             samples = time_collective(
-                call, self.settings.iters, self.settings.mode, self.spec.device_type, case.num_devices
+                call, self.settings.iters, self.settings.mode, self.backend, case.num_devices
             )
         except NoDeviceWork as exc:
             return SKIPPED, f"nothing to time: {exc}", [], False

@@ -19,6 +19,10 @@
 ``event`` mode measures what a caller waits for, launch included: the device is synchronised
 before each iteration, then device events (CUDA, NPU) or ``time.perf_counter`` (CPU) bracket one
 call and its completion.
+
+Which of these applies is read from the rank's backend (``perf_plugin.backends``): its collector
+(in-process profiler or msprof), its profiler activity (device kernels or host ranges), its
+timing events, its spin kernel and its collective library's name.
 """
 
 from __future__ import annotations
@@ -26,7 +30,10 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perf_plugin.backends.base import Backend
 
 
 class MeasurementError(RuntimeError):
@@ -56,54 +63,55 @@ CYCLES_PER_US = 2000  # about a 2 GHz GPU clock; a slower clock only lengthens t
 MAX_HOLD_US = 2e6
 
 
-def _stream_hold(call: Callable[[], Any], iters: int) -> Callable[[], None] | None:
+def _stream_hold(call: Callable[[], Any], iters: int, backend: "Backend") -> Callable[[], None] | None:
     """A function queueing a spin kernel long enough for ``iters`` launches (None: unavailable)."""
-    import torch
-
-    sleep = getattr(torch.cuda, "_sleep", None)
-    if sleep is None:
+    spin = backend.spin_kernel()
+    if spin is None:
         return None
     begin = time.perf_counter()
     for _ in range(2):
         call()
     host_us = (time.perf_counter() - begin) / 2 * 1e6  # launch cost of one call on this host
-    torch.cuda.synchronize()
+    backend.synchronize()
     hold_us = min(2 * iters * host_us + 100, MAX_HOLD_US)
-    return lambda: sleep(int(hold_us * CYCLES_PER_US))
+    return lambda: spin(int(hold_us * CYCLES_PER_US))
+
+
+def _records_host_ranges(backend: "Backend") -> bool:
+    """Whether the backend's profiler records host-side op ranges (gloo on the CPU) rather than
+    device kernels."""
+    return backend.profiler_activity == "CPU"
 
 
 def _profiled_spans(
-    call: Callable[[], Any],
-    iters: int,
-    device_type: str,
-    sync: Callable[[], None],
-    hold: Callable[[], None] | None = None,
+    call: Callable[[], Any], iters: int, backend: "Backend", hold: Callable[[], None] | None = None
 ) -> list[tuple[float, float]]:
     from torch._C._autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    cuda = device_type == "cuda"
+    sync = backend.synchronize
+    library = backend.ccl
     sync()
     with warnings.catch_warnings():
         # torch 2.11+ warns that a profile without a schedule keeps one cycle: that is all we use
         warnings.filterwarnings("ignore", message=".*Profiler clears events.*", category=UserWarning)
-        with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        with profile(activities=[getattr(ProfilerActivity, backend.profiler_activity)]) as prof:
             if hold is not None:
                 hold()
             for _ in range(iters):
                 call()
             sync()
         events = list(prof.events())
-    if not cuda:
-        return [(e.time_range.start, e.time_range.end) for e in events if e.name.startswith("gloo:")]
+    if _records_host_ranges(backend):  # gloo's worker: ranges named "gloo:<op>"
+        return [(e.time_range.start, e.time_range.end) for e in events if e.name.startswith(f"{library}:")]
     device = [
         e
         for e in events
-        if e.device_type == DeviceType.CUDA
+        if e.device_type != DeviceType.CPU
         and not getattr(e, "is_user_annotation", False)
-        and not e.name.startswith("nccl:")  # c10d's range mirrored on the GPU timeline, not a kernel
+        and not e.name.startswith(f"{library}:")  # c10d's range mirrored on the device timeline, not a kernel
     ]
-    kernels = [e for e in device if "nccl" in e.name.lower()]
+    kernels = [e for e in device if library in e.name.lower()]
     # A one-rank group runs no NCCL kernel: all_gather & co. become a device copy, which is then
     # the collective's device work (nothing else runs inside the profiled loop).
     return [(e.time_range.start, e.time_range.end) for e in (kernels or device)]
@@ -135,46 +143,39 @@ def _host_durations(call: Callable[[], Any], iters: int) -> list[float]:
 
 
 def time_collective(
-    call: Callable[[], Any], iters: int, mode: str, device_type: str, group_size: int = 1
+    call: Callable[[], Any], iters: int, mode: str, backend: "Backend", group_size: int = 1
 ) -> list[float]:
     """``iters`` durations (us) of ``call`` on this rank, measured as ``mode`` says."""
-    import torch
-
-    if device_type == "cuda":
-        sync: Callable[[], None] = torch.cuda.synchronize
-        event_type: Any = torch.cuda.Event
-    elif device_type == "npu":
-        sync = torch.npu.synchronize  # type: ignore[attr-defined]
-        event_type = torch.npu.Event  # type: ignore[attr-defined]
-    else:
-        sync, event_type = (lambda: None), None
+    sync = backend.synchronize
+    event_type = backend.timing_event()
     if mode == "kernel":
-        if device_type == "npu":
+        if backend.collector != "torch":  # msprof times this backend's kernels, not torch.profiler
             return _event_durations(call, iters, event_type, sync, back_to_back=True)
-        if device_type == "cuda" and group_size > 1:
-            hold = _stream_hold(call, iters + 1)
+        host_ranges = _records_host_ranges(backend)
+        what = f"{backend.ccl} op ranges" if host_ranges else f"{backend.ccl.upper()} kernels"
+        if not host_ranges and group_size > 1:
+            hold = _stream_hold(call, iters + 1, backend)
             if hold is not None:
-                spans = _profiled_spans(call, iters + 1, device_type, sync, hold)
-                return _per_iteration(spans, iters + 1, "NCCL kernels")[1:]
-        what = "NCCL kernels" if device_type == "cuda" else "gloo op ranges"
-        return _per_iteration(_profiled_spans(call, iters, device_type, sync), iters, what)
-    if device_type == "cpu":
+                spans = _profiled_spans(call, iters + 1, backend, hold)
+                return _per_iteration(spans, iters + 1, what)[1:]
+        return _per_iteration(_profiled_spans(call, iters, backend), iters, what)
+    if event_type is None:
         return _host_durations(call, iters)
     return _event_durations(call, iters, event_type, sync, back_to_back=False)
 
 
-def warm_up_profiler(device_type: str) -> None:
+def warm_up_profiler(backend: "Backend") -> None:
     """Start the profiler once before the first timed case: its first session in a process
-    initialises CUPTI, which inflates the first kernels it records."""
-    if device_type != "cuda":
+    initialises the device's activity tracing (CUPTI), which inflates the first kernels it records."""
+    if backend.collector != "torch" or _records_host_ranges(backend):
         return
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    probe = torch.ones(1024, device="cuda")
+    probe = torch.ones(1024, device=backend.torch_device())
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Profiler clears events.*", category=UserWarning)
-        with profile(activities=[ProfilerActivity.CUDA]):
+        with profile(activities=[getattr(ProfilerActivity, backend.profiler_activity)]):
             for _ in range(4):
                 probe.mul_(1.0)
-            torch.cuda.synchronize()
+            backend.synchronize()

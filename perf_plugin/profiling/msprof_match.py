@@ -51,6 +51,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perf_plugin.backends.npu import NpuBackend
 from perf_plugin.database.row_ids import make_case_id
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.kernel_types import validate_kernel_type
@@ -221,7 +222,7 @@ def match_profile(
     warmup_count: int,
     *,
     unmatched_kernel_types: Collection[str] | None = None,
-    backend: str = "npu",
+    backend: str = NpuBackend.name,
 ) -> ProfileMatch:
     """Results for ``cases`` (``MeasuredCase`` or ``Case``) from the op_summary of ``prof``.
 

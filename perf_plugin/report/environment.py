@@ -241,7 +241,7 @@ def _proc_gpu_names() -> list[str]:
     return names
 
 
-def _cuda_devices(backend: str, budget: _Budget) -> dict[str, Any] | None:
+def _cuda_devices(in_use: bool, budget: _Budget) -> dict[str, Any] | None:
     torch = sys.modules.get("torch")
     driver = nvidia_driver(_read("/proc/driver/nvidia/version"))
     if torch is not None and getattr(torch, "version", None) is not None and torch.version.cuda:
@@ -256,7 +256,7 @@ def _cuda_devices(backend: str, budget: _Budget) -> dict[str, Any] | None:
     if names:
         # The driver lists every GPU of the host; CUDA_VISIBLE_DEVICES (in env) says which were used.
         return {"source": "/proc/driver/nvidia", "count": len(names), "names": names, "driver": driver}
-    if backend != "cuda":
+    if not in_use:  # nvidia-smi costs a subprocess: asked only where the run uses the GPUs
         return None
     output = _run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], budget)
     if not output:
@@ -266,7 +266,7 @@ def _cuda_devices(backend: str, budget: _Budget) -> dict[str, Any] | None:
             "driver": driver or (rows[0][-1] if rows and len(rows[0]) > 1 else None)}
 
 
-def _ascend(backend: str) -> dict[str, Any] | None:
+def _ascend(in_use: bool) -> dict[str, Any] | None:
     torch_npu_module = sys.modules.get("torch_npu")
     torch_npu = (
         str(getattr(torch_npu_module, "__version__", "")) or None
@@ -277,7 +277,7 @@ def _ascend(backend: str) -> dict[str, Any] | None:
     from perf_plugin.backends.npu import cann_version  # light: no torch_npu import
 
     cann = cann_version()
-    if backend != "npu" and torch_npu is None and cann is None:
+    if not in_use and torch_npu is None and cann is None:
         return None
     info: dict[str, Any] = {"torch_npu": torch_npu, "cann": cann, "toolkit_home": home}
     torch = sys.modules.get("torch")
@@ -326,8 +326,12 @@ def collect_env_spec(
     listed under ``errors``.  ``subprocess_budget_s`` caps the time all subprocesses together
     may take; what they did not answer in time is ``None``.
     """
+    from perf_plugin.backends.select import BACKEND_CLASSES
+
     started = time.perf_counter()
     budget = _Budget(subprocess_budget_s)
+    backend_cls = BACKEND_CLASSES.get(backend)
+    in_use = backend_cls.environment_section if backend_cls is not None else None
     errors: dict[str, str] = {}
 
     def guarded(name: str, section: Callable[[], Any]) -> Any:
@@ -344,8 +348,8 @@ def collect_env_spec(
         "host": guarded("host", _host),
         "cpu": guarded("cpu", _cpu),
         "torch": guarded("torch", _torch),
-        "cuda_devices": guarded("cuda_devices", lambda: _cuda_devices(backend, budget)),
-        "ascend": guarded("ascend", lambda: _ascend(backend)),
+        "cuda_devices": guarded("cuda_devices", lambda: _cuda_devices(in_use == "cuda_devices", budget)),
+        "ascend": guarded("ascend", lambda: _ascend(in_use == "ascend")),
         "packages": guarded("packages", _packages),
         "env": guarded("env", _env_vars),
         "git": guarded("git", lambda: _git(cwd, budget)),
