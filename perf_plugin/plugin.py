@@ -14,13 +14,13 @@ import pytest
 from perf_plugin import options
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.replay.cache_modes import effective_cache_mode
+from perf_plugin.results import CaseResult
 from perf_plugin.run.controller_hooks import (
     CASE_FIXTURE,
     CASE_PROPERTY,
     NOTES_PROPERTY,
     RESULTS_PROPERTY,
     ControllerHooks,
-    add_result,
     case_of,
 )
 from perf_plugin.run.heap import freeze_heap, thaw_heap
@@ -38,7 +38,7 @@ from perf_plugin.run.setup import (
     pin_worker_device,
     start_run,
 )
-from perf_plugin.run.state import RUN_STATE
+from perf_plugin.run.state import RUN_STATE, TesterState
 
 
 # ----------------------------------------------------------------------------- options
@@ -104,7 +104,7 @@ def pytest_configure_node(node) -> None:  # type: ignore[no-untyped-def]
     node.workerinput["perf_backend"] = state.backend_name
     node.workerinput["perf_device_name"] = state.device_name
     node.workerinput["perf_device_count"] = device_count(state.backend_name)
-    state.workers += 1
+    state.control.workers += 1
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -201,19 +201,20 @@ def perf_runner():  # type: ignore[no-untyped-def]
     config = _ACTIVE_CONFIGS[-1]
     state = config.stash[RUN_STATE]
     settings = state.settings
-    state.backend = resolve_backend(state.backend_name, ascend_device=settings.device)
-    custom = config.hook.pytest_perf_make_collector(backend=state.backend, settings=settings)
-    state.collector = custom if custom is not None else make_collector(state.backend, settings)
+    backend = resolve_backend(state.backend_name, ascend_device=settings.device)
+    custom = config.hook.pytest_perf_make_collector(backend=backend, settings=settings)
+    collector = custom if custom is not None else make_collector(backend, settings)
+    state.tester = TesterState(backend, collector)
     runner = ReplayRunner(
-        state.backend,
-        state.collector,
+        backend,
+        collector,
         settings.repeat_count,
         settings.warmup_count,
         seed=settings.seed,
-        cache_mode=effective_cache_mode(settings.cache_mode, state.backend.name),
+        cache_mode=effective_cache_mode(settings.cache_mode, backend.name),
         rotate_max_copies=settings.rotate_max_copies,
     )
-    return CaseExecutor(state, runner)
+    return CaseExecutor(state.tester, runner)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -229,13 +230,11 @@ def pytest_runtest_makereport(
     from perf_plugin.run.cases import record_of
 
     report.user_properties.append((CASE_PROPERTY, record_of(case).to_json()))
-    if state.collector is not None and not state.heap_refrozen:
-        state.heap_refrozen = True
+    tester = state.tester
+    if tester is not None and not tester.heap_refrozen:
+        tester.heap_refrozen = True
         freeze_heap(item.config)
-    finished = list(state.outbox)
-    state.outbox.clear()
-    if state.collector is not None:
-        finished.extend(state.collector.drain())
+    finished = tester.take_finished() if tester is not None else []
     if finished:
         report.user_properties.append((RESULTS_PROPERTY, [r.to_json() for r in finished]))
     if state.unsent_notes and is_worker(item.config):
@@ -251,15 +250,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = config.stash.get(RUN_STATE, None)
     if state is None:
         return
-    remaining = list(state.outbox)
-    state.outbox.clear()
-    if state.collector is not None:
-        remaining.extend(state.collector.finish())
+    remaining: list[CaseResult] = []
+    if state.tester is not None:
+        remaining = list(state.tester.outbox)
+        state.tester.outbox.clear()
+        remaining.extend(state.tester.collector.finish())
     if is_worker(config):
         config.workeroutput[RESULTS_PROPERTY] = json.dumps([r.to_json() for r in remaining])  # type: ignore[attr-defined]
         return
     for result in remaining:
-        add_result(state, result)
+        state.control.add_result(result)
     from perf_plugin.profiling.msprof import is_msprof_child
     from perf_plugin.run.msprof_launch import write_child_report
 
@@ -280,7 +280,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
     """Controller: what was written where, and the coverage table when the gate failed."""
     state = config.stash.get(RUN_STATE, None)
-    if state is None or is_worker(config) or not state.records:
+    if state is None or state.controller is None or not state.controller.records:
         return
     terminalreporter.section("perf")
     terminalreporter.write_line(f"database: {state.location.directory}")

@@ -67,8 +67,8 @@ def merged_results(state: RunState) -> list[CaseResult]:
     reached a measurement (skipped, no replay, quarantined, errors in set-up) get one here from
     their record, so reports count every selected row.
     """
-    results = dict(state.results)
-    for record in state.records.values():
+    results = dict(state.control.results)
+    for record in state.control.records.values():
         if record.ref.case_id in results:
             continue
         if record.status in _STATUS_OUTCOME:
@@ -89,12 +89,12 @@ def device_ids(state: RunState) -> list[int]:
     if variable is None:
         return []
     visible = [int(d) for d in os.environ.get(variable, "").split(",") if d.strip().isdigit()]
-    count = max(state.workers, 1)
+    count = max(state.control.workers, 1)
     return (visible or list(range(count)))[:count]
 
 
 def quarantined_rows(state: RunState) -> list[QuarantinedRow]:
-    return [QuarantinedRow(r.ref, r.reason) for r in state.records.values() if r.status == STATUS_QUARANTINED]
+    return [QuarantinedRow(r.ref, r.reason) for r in state.control.records.values() if r.status == STATUS_QUARANTINED]
 
 
 def build_summary(state: RunState, command: list[str]) -> RunSummary:
@@ -113,7 +113,7 @@ def build_summary(state: RunState, command: list[str]) -> RunSummary:
         command=command,
         results=merged_results(state),
         quarantined=quarantined_rows(state),
-        max_concurrency=max(state.workers, 1),
+        max_concurrency=max(state.control.workers, 1),
         device_ids=device_ids(state),
         coverage_min=settings.replay_coverage_min,
     )
@@ -121,7 +121,7 @@ def build_summary(state: RunState, command: list[str]) -> RunSummary:
 
 def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None = None) -> FinishOutcome:
     outcome = FinishOutcome()
-    records = list(state.records.values())
+    records = list(state.control.records.values())
     table = coverage_by_kernel(records)
     fraction = overall_fraction(table, collect_only)
     time_fraction = overall_fraction(table, collect_only, WEIGHT_TIME)

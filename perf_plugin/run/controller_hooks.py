@@ -60,14 +60,14 @@ class ControllerHooks:
         if report.when in ("setup", "call") and self.outcomes.get(report.nodeid) != "failed":
             if report.failed or report.skipped or report.when == "call":
                 self.outcomes[report.nodeid] = "skipped" if report.skipped else report.outcome
-        if CASE_PROPERTY in properties and report.nodeid not in state.records:
+        if CASE_PROPERTY in properties and report.nodeid not in state.control.records:
             outcome = self.outcomes.get(report.nodeid, report.outcome)
             if report.failed:
                 outcome = "failed"
             record = CaseRecord.from_json(properties[CASE_PROPERTY])
-            state.records[report.nodeid] = dataclasses.replace(record, outcome=outcome)
+            state.control.records[report.nodeid] = dataclasses.replace(record, outcome=outcome)
         for data in properties.get(RESULTS_PROPERTY, []):
-            add_result(state, CaseResult.from_json(data))
+            state.control.add_result(CaseResult.from_json(data))
         for note in properties.get(NOTES_PROPERTY, []):
             if note not in state.notes:
                 state.notes.append(note)
@@ -104,10 +104,10 @@ class ControllerHooks:
             )
         except msprof.MsprofError as exc:
             raise pytest.UsageError(str(exc)) from None
-        state.records.update(outcome.records)
+        state.control.records.update(outcome.records)
         for result in outcome.results:
-            add_result(state, result)
-        state.workers = max(state.workers, outcome.workers)
+            state.control.add_result(result)
+        state.control.workers = max(state.control.workers, outcome.workers)
         state.notes.extend(outcome.notes)
         session.testsfailed = outcome.failed
         return True
@@ -120,7 +120,7 @@ class ControllerHooks:
         if not payload or state is None:
             return
         for data in json.loads(payload):
-            add_result(state, CaseResult.from_json(data))
+            state.control.add_result(CaseResult.from_json(data))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """With --collect-only the selected cases are the records (nothing runs)."""
@@ -132,11 +132,5 @@ class ControllerHooks:
             if case is not None:
                 from perf_plugin.run.cases import record_of
 
-                state.records[item.nodeid] = record_of(case)
+                state.control.records[item.nodeid] = record_of(case)
 
-
-def add_result(state: RunState, result: CaseResult) -> None:
-    previous = state.results.get(result.ref.case_id)
-    if previous is not None and previous.outcome == "failed" and not result.has_duration:
-        return
-    state.results[result.ref.case_id] = result

@@ -14,12 +14,12 @@ import pytest
 from perf_plugin.results import OUTCOME_FAILED, CaseResult
 from perf_plugin.run.cases import Case
 from perf_plugin.run.runner import CaseFailure, CaseSkip, ReplayRunner
-from perf_plugin.run.state import RunState
+from perf_plugin.run.state import TesterState
 
 
 @dataclass
 class CaseExecutor:
-    state: RunState
+    tester: TesterState
     runner: ReplayRunner
 
     def replay(self, case: Case) -> None:
@@ -30,7 +30,7 @@ class CaseExecutor:
         except CaseSkip as exc:
             pytest.skip(str(exc))
         except CaseFailure as exc:
-            self.state.outbox.append(
+            self.tester.outbox.append(
                 CaseResult(case.ref, OUTCOME_FAILED, reason=str(exc), backend=self.runner.backend.name)
             )
             pytest.fail(f"{case.ref.case_id}: {exc}", pytrace=False)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.atomic import atomic_write_text
 from perf_plugin.results import OUTCOME_FAILED, CaseResult
+from perf_plugin.run.ascend_env import custom_opp_message
 from perf_plugin.run.state import CaseRecord
 
 if TYPE_CHECKING:
@@ -122,10 +123,10 @@ def write_child_report(state: "RunState", record_dir: str | Path | None = None) 
         return None
     path = Path(record) / SESSION_REPORT
     report = {
-        "records": {nodeid: r.to_json() for nodeid, r in state.records.items()},
+        "records": {nodeid: r.to_json() for nodeid, r in state.control.records.items()},
         # durations come from op_summary: only what did not measure travels (failures, skips)
-        "results": [r.to_json() for r in state.results.values() if not r.has_duration],
-        "workers": state.workers,
+        "results": [r.to_json() for r in state.control.results.values() if not r.has_duration],
+        "workers": state.control.workers,
     }
     atomic_write_text(path, json.dumps(report))
     return path
@@ -186,6 +187,10 @@ def external_run(
         records = {nodeid: record_of(case, "passed" if case.runnable else "skipped") for nodeid, case in cases}
         outcome.notes.append(f"msprof: read {prof_path} (no replay ran; each case taken as {repeat_count} repeats)")
     else:
+        runnable = {case.ref.kernel_type for _, case in cases if case.runnable}
+        problem = custom_opp_message(os.environ if environ is None else environ, runnable)
+        if problem is not None:
+            raise MsprofError(problem)
         prof_dirs, records, measured = _run_session(argv, cwd, output_root, environ, repeat_count, outcome)
 
     try:

@@ -22,7 +22,7 @@ from perf_plugin.backends.select import backend_class
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.replay.cache_modes import effective_cache_mode
 from perf_plugin.run.location import DeviceIdentity, describe_location, resolve_location
-from perf_plugin.run.state import RUN_STATE, RunState
+from perf_plugin.run.state import RUN_STATE, ControllerState, RunState
 
 CONFIG_ERROR = pytest.StashKey[str]()  # why no state could be resolved (raised only if a case needs one)
 SETTINGS = pytest.StashKey[options.Settings]()
@@ -96,7 +96,8 @@ def start_run(
         # Raised later, and only if a replay test is collected: unrelated runs must not fail.
         config.stash[CONFIG_ERROR] = str(exc)
         return None
-    state = RunState(settings, location, identity.backend, identity.device_name)
+    controller = None if is_worker(config) else ControllerState()
+    state = RunState(settings, location, identity.backend, identity.device_name, controller)
     config.stash[RUN_STATE] = state
     return state
 

@@ -1,8 +1,11 @@
 """Per-process run state, kept in ``config.stash``.
 
-The controller (the process pytest was started as) owns the database location, the collected
-results and write-back; each process that runs tests (the controller without xdist, or every
-xdist worker) owns a backend, a collector and a runner, created lazily by the session fixture.
+Every process of a run knows its settings, the database location, the device and the cases it
+read (``RunState``).  The rest is split by role, as pytest-xdist splits its controller from its
+workers: the controller (the process pytest was started as) alone gathers the cases' records and
+results and writes back (``ControllerState``); each process that runs tests (the controller
+without xdist, or every xdist worker) alone holds a backend, a collector and the results not yet
+reported (``TesterState``, created by the session fixture when the first case runs).
 """
 
 from __future__ import annotations
@@ -57,26 +60,59 @@ class CaseRecord:
 
 
 @dataclass
+class ControllerState:
+    """The controller's: every selected case's record and result, from whichever process ran it."""
+
+    records: dict[str, CaseRecord] = field(default_factory=dict)  # by node id
+    results: dict[str, CaseResult] = field(default_factory=dict)  # by case id
+    workers: int = 0  # xdist workers (or msprof child workers) that ran cases
+
+    def add_result(self, result: CaseResult) -> None:
+        """Keep a case's result; a later duration-less result never replaces a failure."""
+        previous = self.results.get(result.ref.case_id)
+        if previous is not None and previous.outcome == "failed" and not result.has_duration:
+            return
+        self.results[result.ref.case_id] = result
+
+
+@dataclass
+class TesterState:
+    """A process that runs tests: its device, its collector, and results not yet reported."""
+
+    backend: "Backend"
+    collector: "Collector"
+    outbox: list[CaseResult] = field(default_factory=list)  # failures, sent with the next report
+    heap_refrozen: bool = False  # the heap was frozen again after the first replay (run.heap)
+
+    def take_finished(self) -> list[CaseResult]:
+        """Results ready to report: the outbox and what the collector finished measuring."""
+        finished = list(self.outbox)
+        self.outbox.clear()
+        finished.extend(self.collector.drain())
+        return finished
+
+
+@dataclass
 class RunState:
     settings: Settings
     location: DatabaseLocation
     backend_name: str
     device_name: str
+    controller: ControllerState | None  # None in an xdist worker
     started: float = field(default_factory=time.time)
     started_perf: float = field(default_factory=time.perf_counter)
     notes: list[str] = field(default_factory=list)  # lines for the terminal summary
     header_shown: bool = False  # the "perf:" lines of the report header were printed
     case_set: "CaseSet | None" = None
-    # controller side
-    records: dict[str, CaseRecord] = field(default_factory=dict)
-    results: dict[str, CaseResult] = field(default_factory=dict)
-    workers: int = 0
-    # process that runs tests
-    backend: "Backend | None" = None
-    collector: "Collector | None" = None
-    outbox: list[CaseResult] = field(default_factory=list)
-    unsent_notes: list[str] = field(default_factory=list)  # worker notes not yet sent to the controller
-    heap_refrozen: bool = False  # the heap was frozen again after the first replay (plugin._freeze_heap)
+    unsent_notes: list[str] = field(default_factory=list)  # an xdist worker's notes not yet sent
+    tester: TesterState | None = None  # set once this process runs its first case
+
+    @property
+    def control(self) -> ControllerState:
+        """The controller's part; asking for it in a worker is a programming error."""
+        if self.controller is None:
+            raise RuntimeError("an xdist worker holds no controller state")
+        return self.controller
 
 
 RUN_STATE = pytest.StashKey[RunState]()
