@@ -8,9 +8,9 @@ device.  Timing on an NPU comes from msprof's ``op_summary`` (the whole pytest s
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
+from perf_plugin.backends.ascend_versions import find_cann_version
 from perf_plugin.backends.base import Backend
 from perf_plugin.database.paths import DEFAULT_ASCEND_DEVICE
 
@@ -113,18 +113,9 @@ class NpuBackend(Backend):
 
 
 def cann_version() -> str | None:
-    """CANN version from the toolkit's version.info (``Version=8.5.0``), if installed."""
-    home = os.environ.get("ASCEND_TOOLKIT_HOME") or os.environ.get("ASCEND_HOME_PATH")
-    candidates = [home] if home else []
-    candidates.append("/usr/local/Ascend/ascend-toolkit/latest")
-    for base in candidates:
-        for name in ("version.info", os.path.join("compiler", "version.info")):
-            path = os.path.join(base, name)
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    for line in handle:
-                        if line.startswith("Version="):
-                            return line.split("=", 1)[1].strip()
-            except OSError:
-                continue
-    return None
+    """CANN's product release (``8.5.0``, ``8.3.RC2``) from the toolkit's install files, if installed.
+
+    ``perf_plugin.backends.ascend_versions`` says which files and why not ``Version=`` first.
+    """
+    found = find_cann_version()
+    return found.value if found else None

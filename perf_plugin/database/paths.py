@@ -58,6 +58,9 @@ class DatabaseLocation:
     device: str = ""
     stack: str = ""
     version_dir: str = ""
+    # Versions of a derived path that no option gave, each with where it was read
+    # ("CANN 8.5 from .../ascend_toolkit_install.info (8.5.0)"), for the run's header.
+    detected: tuple[str, ...] = ()
 
     def kernel_csv(self, kernel_type: str) -> Path:
         return self.directory / f"{validate_kernel_type(kernel_type)}.csv"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from perf_plugin.backends.ascend_versions import resolve_ascend_stack
 from perf_plugin.backends.select import backend_class
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.lock import database_lock
@@ -42,25 +44,19 @@ def resolve_location(settings: Settings, identity: DeviceIdentity) -> DatabaseLo
     """The explicit ``--database-path`` or the path derived from device and stack versions."""
     if settings.database_path is not None:
         return explicit_location(settings.database_path)
-    torch_version = settings.torch_version or running_torch_version()
     scheme = backend_class(identity.backend).version_scheme
     if scheme == "ascend":
-        missing = [
-            name
-            for name, value in (("--vllm-version", settings.vllm_version), ("--cann-version", settings.cann_version))
-            if not value
-        ]
-        if missing:
-            raise DatabaseError(
-                f"Ascend database paths ({ASCEND_STACK}/vllm<V>_torch<T>_cann<C>) need {' and '.join(missing)}"
-                " (or give --database-path)"
-            )
-        return derive_location(
+        versions = resolve_ascend_stack(
+            settings.vllm_version, settings.torch_version, settings.cann_version, running_torch_version
+        )
+        location = derive_location(
             settings.database_root,
             settings.device or DEFAULT_ASCEND_DEVICE,
             ASCEND_STACK,
-            ascend_version_dir(settings.vllm_version or "", torch_version, settings.cann_version or ""),
+            ascend_version_dir(versions.vllm, versions.torch, versions.cann),
         )
+        return dataclasses.replace(location, detected=versions.detected)
+    torch_version = settings.torch_version or running_torch_version()
     stack = "vllm" if settings.vllm_version else "torch"
     device = settings.device or identity.device_name
     if scheme == "cuda":
@@ -110,6 +106,8 @@ def seed_from_sample(location: DatabaseLocation, root: Path, lock_timeout: float
 
 def describe_location(location: DatabaseLocation) -> str:
     how = "derived from device and versions" if location.derived else "given with --database-path"
+    if location.detected:
+        how += "; detected " + ", ".join(location.detected)
     return f"{location.directory} ({how})"
 
 
