@@ -1,0 +1,43 @@
+"""``perfdb restore-quarantine``: put rows set aside by write-back back into their kernel CSVs.
+
+    perfdb restore-quarantine DATABASE_DIR [--kernel-type TYPE ...] [--dry-run]
+
+Every ``{KernelType}.quarantine.csv`` in DATABASE_DIR (or only those of the kernel types named)
+has its rows appended to ``{KernelType}.csv`` without the quarantine's reason and timestamp
+columns, and is then removed.  A row the kernel CSV already holds, cell for cell, is not added
+twice, so the command can be repeated or re-run after an interruption.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from perf_plugin.database.quarantine import restore
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "restore-quarantine",
+        help="put quarantined rows back into their kernel CSVs",
+        description=(__doc__ or "").split("\n\n")[0],
+    )
+    parser.add_argument("directory", type=Path, help="database directory holding *.quarantine.csv files")
+    parser.add_argument("--kernel-type", action="append", default=[], metavar="TYPE",
+                        help="restore only this kernel type's quarantine file (repeatable)")
+    parser.add_argument("--dry-run", action="store_true", help="say what would be restored, change nothing")
+    parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="S",
+                        help="seconds to wait for the database lock (default 60)")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    files = restore(args.directory, args.kernel_type, dry_run=args.dry_run, lock_timeout=args.lock_timeout)
+    verb = "would restore" if args.dry_run else "restored"
+    for item in files:
+        note = f" ({item.already_there} already there)" if item.already_there else ""
+        print(f"{item.quarantine_file.name}: {verb} {item.restored} row(s) into {item.kernel_csv.name}{note}")
+    if not files:
+        print(f"{args.directory}: no quarantine files")
+    return 0
