@@ -33,8 +33,9 @@ class Backend(ABC):
     profiler_activity: str = "CPU"
     collection_toggles: bool = False
     # How the derived database path names this backend's stack version (perf_plugin.run.location):
-    # "cpu" (torch only), "cuda" (torch and CUDA) or "ascend" (vllm, torch and CANN).
-    version_scheme: str = "cpu"
+    # "torch" (torch only), "torch+accelerator" (torch and the accelerator toolkit's version, from
+    # accelerator_version: CUDA's) or "ascend" (vllm, torch and CANN).
+    version_scheme: str = "torch"
     # Whether init_process_group is given this device (``device_id``), so the collective library
     # sets up its communicator at once on it rather than at the first collective (NCCL).
     eager_ccl_init: bool = False

@@ -18,7 +18,7 @@ class CudaBackend(Backend):
     visible_devices_var = "CUDA_VISIBLE_DEVICES"
     auto_cache_mode = "rotate"
     profiler_activity = "CUDA"
-    version_scheme = "cuda"
+    version_scheme = "torch+accelerator"
     environment_section = "cuda_devices"
     eager_ccl_init = True
 

@@ -59,7 +59,7 @@ def resolve_location(settings: Settings, identity: DeviceIdentity) -> DatabaseLo
     torch_version = settings.torch_version or running_torch_version()
     stack = "vllm" if settings.vllm_version else "torch"
     device = settings.device or identity.device_name
-    if scheme == "cuda":
+    if scheme == "torch+accelerator":
         cuda = settings.cuda_version or identity.accelerator_version or "unknown"
         version_dir = cuda_version_dir(torch_version, cuda, settings.vllm_version)
     else:
