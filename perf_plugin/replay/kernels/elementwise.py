@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from perf_plugin.database.shapes import split_slots
 from perf_plugin.database.signature import normalise_dtype, normalise_format
@@ -204,6 +204,9 @@ class _BinaryReplay(_ElementwiseReplay):
     """
 
     input_count = 2
+    # The torch operator ``run`` calls (``torch.<function>``), with ``out=`` when the row's
+    # output dtype differs from the promoted one.
+    function: ClassVar[str] = ""
 
     def check(self, row: KernelRow) -> None:
         (x, y), out = self.operands(row)
@@ -234,44 +237,33 @@ class _BinaryReplay(_ElementwiseReplay):
             return x, y
         return x, y, self.random(out_spec, device, generator)
 
+    def run(self, x: "torch.Tensor", y: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
+        import torch
+
+        function = getattr(torch, self.function)
+        result: torch.Tensor = function(x, y) if out is None else function(x, y, out=out)
+        return result
+
 
 class AddReplay(_BinaryReplay):
     kernel_types = ("Add",)
     npu_api = "torch.add"
+    function = "add"
     trace_ops = _ops("add", "add_", mapper=_trace_binary("Add"))
-
-    def run(self, x: "torch.Tensor", y: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
-        if out is None:
-            return x.add(y)
-        import torch
-
-        return torch.add(x, y, out=out)
 
 
 class MulReplay(_BinaryReplay):
     kernel_types = ("Mul",)
     npu_api = "torch.mul"
+    function = "mul"
     trace_ops = _ops("mul", "mul_", mapper=_trace_binary("Mul", "Muls"))  # tensor x scalar: Muls
-
-    def run(self, x: "torch.Tensor", y: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
-        if out is None:
-            return x.mul(y)
-        import torch
-
-        return torch.mul(x, y, out=out)
 
 
 class SubReplay(_BinaryReplay):
     kernel_types = ("Sub",)
     npu_api = "torch.sub"
+    function = "sub"
     trace_ops = _ops("sub", "sub_", mapper=_trace_binary("Sub"))
-
-    def run(self, x: "torch.Tensor", y: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
-        if out is None:
-            return x.sub(y)
-        import torch
-
-        return torch.sub(x, y, out=out)
 
 
 class RealDivReplay(_BinaryReplay):
@@ -279,14 +271,8 @@ class RealDivReplay(_BinaryReplay):
 
     kernel_types = ("RealDiv",)
     npu_api = "torch.div"
+    function = "div"
     trace_ops = _ops("div", "div_", mapper=_trace_binary("RealDiv", true_division=True))
-
-    def run(self, x: "torch.Tensor", y: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
-        import torch
-
-        if out is None:
-            return torch.div(x, y)
-        return torch.div(x, y, out=out)
 
 
 class MulsReplay(_ElementwiseReplay):
