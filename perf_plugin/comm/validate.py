@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perf_plugin.comm.collectives import op_for_file_name
-from perf_plugin.comm.record import DTYPE, MESSAGE_BYTES, MODE, NUM_DEVICES, TOPOLOGY_TIER
+from perf_plugin.comm.record import COLUMNS, DTYPE, MESSAGE_BYTES, MODE, NUM_DEVICES, TOPOLOGY_TIER
 from perf_plugin.comm.writer import row_key
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.file_kind import require_known_column
 from perf_plugin.database.schema import DURATION_PREFERENCE, parse_duration
 from perf_plugin.database.table import CsvTable
 
@@ -71,6 +72,7 @@ def _duration(table: CsvTable, row: int) -> float | None:
 
 def load_table(path: Path, op: str) -> CommTable:
     table = CsvTable.read(path)
+    require_known_column(table.header, COLUMNS, path, "collective CSV")
     for column in (MESSAGE_BYTES, NUM_DEVICES):
         table.index(column)
     if not any(table.has_column(c) for c in DURATION_PREFERENCE):

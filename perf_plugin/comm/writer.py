@@ -16,6 +16,7 @@ from pathlib import Path
 from perf_plugin.comm.collectives import dtype_by_db_name
 from perf_plugin.comm.record import COLUMNS, DURATION, KEY_COLUMNS, MESSAGE_BYTES, NUM_DEVICES, CommResult
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.file_kind import EmptyFile
 from perf_plugin.database.lock import database_lock
 from perf_plugin.database.schema import MICROBENCH_AVERAGE
 from perf_plugin.database.table import CsvTable
@@ -59,7 +60,11 @@ def row_key(table: CsvTable, row: int, path: Path) -> tuple[object, ...]:
 def _open_table(path: Path) -> CsvTable:
     if not path.exists():
         return CsvTable.new(COLUMNS)
-    table = CsvTable.read(path)
+    try:
+        table = CsvTable.read(path)
+    except EmptyFile:
+        # nothing in it to keep, and the result in hand is measured: the file is written anew
+        return CsvTable.new(COLUMNS)
     if not table.header:
         return CsvTable.new(COLUMNS)
     for column in REQUIRED_COLUMNS:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from perf_plugin.database.atomic import atomic_write_bytes
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.file_kind import decode_csv_bytes
 
 _LINE_BREAK = re.compile(r"\r\n|\n|\r")
 _BOM = "\ufeff"
@@ -77,10 +78,8 @@ class CsvTable:
             data = path.read_bytes()
         except OSError as exc:
             raise DatabaseError(f"cannot read file: {exc.strerror}", path=path) from None
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DatabaseError(f"not UTF-8 text (byte {exc.start})", path=path) from None
+        # a Git LFS pointer, an empty or a binary file: refused by name, before any parsing
+        text = decode_csv_bytes(data, path)
         table = cls.parse(text)
         table.path = path
         return table

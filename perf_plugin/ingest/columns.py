@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.file_kind import refuse_unusable_file
 from perf_plugin.database.schema import IDENTITY_COLUMNS
 
 TYPE = "Type"
@@ -88,6 +89,8 @@ def missing_columns(canonical: Sequence[str], *, source_header: Sequence[str] | 
 
 def read_raw_header(path: Path) -> list[str]:
     """The header line's names as written (byte-order mark removed)."""
+    # public profiles, like public databases, may be Git LFS pointers in a clone
+    refuse_unusable_file(path, origin="the repository the profile came from")
     try:
         with path.open("r", encoding="utf-8-sig", newline="") as handle:
             header = next(csv.reader(handle), None)

@@ -23,11 +23,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from perf_plugin.database.errors import DatabaseError, IncompleteRow
+from perf_plugin.database.file_kind import UnusableFile, one_error, require_known_column
 from perf_plugin.database.kernel_types import validate_kernel_type
 from perf_plugin.database.paths import list_kernel_csvs
 from perf_plugin.database.row_ids import make_case_id
 from perf_plugin.database.schema import (
     DURATION_PREFERENCE,
+    IDENTITY_COLUMNS,
     PROFILING_AVERAGE,
     PROFILING_COUNT,
     REQUIRED_IDENTITY_COLUMNS,
@@ -212,14 +214,21 @@ def load_case_set(
     """Read every compute CSV of ``directory`` and turn each row into a Case.
 
     ``named_apis``: the backend launches kernels through the APIs op_mapping.yaml names (an NPU),
-    so replays without a portable ``run`` can build their rows too.
+    so replays without a portable ``run`` can build their rows too.  Raises UnusableFile when a
+    file holds no CSV at all (a Git LFS pointer, empty, binary): the run would measure part of
+    the database and call it the database.
     """
     result = CaseSet()
+    unusable: list[UnusableFile] = []
     for path in csv_files if csv_files is not None else list_kernel_csvs(directory):
         kernel_type = path.stem
         try:
             validate_kernel_type(kernel_type)
             table = CsvTable.read(path)
+            require_known_column(table.header, IDENTITY_COLUMNS + DURATION_PREFERENCE, path, "kernel CSV")
+        except UnusableFile as exc:
+            unusable.append(exc)
+            continue
         except DatabaseError as exc:
             result.messages.append(exc.located(path=path).describe())
             continue
@@ -248,6 +257,8 @@ def load_case_set(
             if replay is not None:
                 case = dataclasses.replace(case, replay_kernel_type=replay_type(kernel_type))
             result.cases.append(case)
+    if unusable:
+        raise one_error(unusable)
     return result
 
 
