@@ -30,7 +30,7 @@ RoPE caches are, so they lie in [-1, 1] as the kernels require and are never zer
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from perf_plugin.replay.api_call import ApiCall
 from perf_plugin.replay.base import CaseBuildError, OpReplay
@@ -138,15 +138,15 @@ def _single_output(row: KernelRow, x: TensorSpec) -> None:
 
 
 # ----------------------------------------------------------------------------- replays
-class RotaryPositionEmbeddingReplay(OpReplay):
-    """``y = x*cos + rotate_half(x)*sin`` (``npu_rotary_mul``, half mode)."""
+class _RotaryEmbeddingReplay(OpReplay):
+    """``x;cos;sin -> y`` of ``x``'s shape and dtype: the row's checks, inputs and NPU call."""
 
-    kernel_types = ("RotaryPositionEmbedding",)
-    npu_api = "torch_npu.npu_rotary_mul"
+    # Whether cos/sin must have N (dim 1) = 1, shared by every head.
+    head_dim_one: ClassVar[bool] = False
 
     def check(self, row: KernelRow) -> None:
         x, cos, sin = rope_operands(row, ("x", "cos", "sin"))
-        check_cos_sin(row, x, cos, sin, head_dim_one=False)
+        check_cos_sin(row, x, cos, sin, head_dim_one=self.head_dim_one)
         _single_output(row, x)
 
     def make_inputs(
@@ -157,7 +157,14 @@ class RotaryPositionEmbeddingReplay(OpReplay):
         return (self.random(x, device, generator),) + rope_cos_sin(cos, device, generator)
 
     def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
-        return self.api_call(*args)  # rotary_mode left at its default, 'half'
+        return self.api_call(*args)  # npu_rotary_mul's rotary_mode left at its default, 'half'
+
+
+class RotaryPositionEmbeddingReplay(_RotaryEmbeddingReplay):
+    """``y = x*cos + rotate_half(x)*sin`` (``npu_rotary_mul``, half mode)."""
+
+    kernel_types = ("RotaryPositionEmbedding",)
+    npu_api = "torch_npu.npu_rotary_mul"
 
     def run(self, x: "torch.Tensor", cos: "torch.Tensor", sin: "torch.Tensor") -> "torch.Tensor":
         return rotate_half_embed(x, cos, sin)
@@ -245,25 +252,12 @@ class RotaryPositionEmbeddingGradReplay(OpReplay):
         return dx, dcos, dsin
 
 
-class InterleaveRopeReplay(OpReplay):
+class InterleaveRopeReplay(_RotaryEmbeddingReplay):
     """``y = rotate_half_embed(cat(x[..., 0::2], x[..., 1::2]), cos, sin)`` (DeepSeek MLA)."""
 
     kernel_types = ("InterleaveRope",)
     npu_api = "torch_npu.npu_interleave_rope"
-
-    def check(self, row: KernelRow) -> None:
-        x, cos, sin = rope_operands(row, ("x", "cos", "sin"))
-        check_cos_sin(row, x, cos, sin, head_dim_one=True)
-        _single_output(row, x)
-
-    def make_inputs(
-        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
-    ) -> tuple[Any, ...]:
-        self.check(row)
-        return (self.random(row.inputs[0], device, generator),) + rope_cos_sin(row.inputs[1], device, generator)
-
-    def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
-        return self.api_call(*args)
+    head_dim_one = True
 
     def run(self, x: "torch.Tensor", cos: "torch.Tensor", sin: "torch.Tensor") -> "torch.Tensor":
         import torch
