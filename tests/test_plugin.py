@@ -254,15 +254,18 @@ def test_database_whose_files_give_no_rows_says_why(pytester: pytest.Pytester) -
     pytester.makepyfile(test_kernels=BENCH_TEST)
     db = pytester.path / "unreadable_db"
     db.mkdir()
-    (db / "Add.csv").write_bytes(b"\xff\xfe\x00not a csv\n")
     write_csv(db / "Bad Name!.csv", HEADER, ADD_ROWS)
     result = run(pytester, db)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines([
         f"no kernel rows in {db}",
-        f"*{db / 'Add.csv'}: not UTF-8 text*",
         "*kernel type 'Bad Name!' is not a plain name*",
     ])
+    # a file that holds no CSV at all stops the run with its own line (tests/test_database_files.py)
+    (db / "Add.csv").write_bytes(b"\xff\xfe\x00not a csv\n")
+    result = run(pytester, db)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"*{db / 'Add.csv'}: is UTF-16 text, not a UTF-8 CSV*"])
 
 
 def test_prune_removes_rows_still_without_duration(pytester: pytest.Pytester, project: Path) -> None:
