@@ -127,6 +127,18 @@ def _check_dtypes(
         )
 
 
+def _matrix_layout(row: KernelRow, a: Shape, b: Shape, out: Shape, which: str = "") -> MatmulLayout:
+    """The layout of the last two dims of ``a`` and ``b`` that gives those of ``out``, else
+    CaseBuildError (``which`` names those dims in the message where the shapes have more)."""
+    layout = matmul_layout(a[-2:], b[-2:], out[-2:])
+    if layout is None:
+        raise CaseBuildError(
+            f"{row.kernel_type} shapes are inconsistent: no layout of A {shape_text(a)} and "
+            f"B {shape_text(b)} ({which}[M,K] or [K,M], [K,N] or [N,K]) gives the output {shape_text(out)}"
+        )
+    return layout
+
+
 def _stored(
     spec: TensorSpec, transposed: bool, replay: OpReplay, device: "torch.device", generator: "torch.Generator"
 ) -> "torch.Tensor":
@@ -202,7 +214,8 @@ def _trace_bmm(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
 
 # ----------------------------------------------------------------------------- replays
 class _MatmulFamily(OpReplay):
-    """What the 2-D and batched matmul replays share: bias check, dtype check, stored operands."""
+    """What the 2-D and batched matmul replays share: bias check, dtype check, inputs (stored
+    operands, then the bias and what goes with it)."""
 
     @abstractmethod
     def core_layout(self, row: KernelRow, a: Shape, b: Shape, out: Shape) -> MatmulLayout:
@@ -245,6 +258,19 @@ class _MatmulFamily(OpReplay):
             _stored(b, layout.b_transposed, self, device, generator),
         )
 
+    def make_inputs(
+        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
+    ) -> tuple[Any, ...]:
+        operands = self.stored_operands(row, device, generator)
+        a, b, bias, _ = _operands(row)
+        if bias is None:
+            return operands
+        return operands + (self.random(bias, device, generator),) + self.bias_options(a, b)
+
+    def bias_options(self, a: TensorSpec, b: TensorSpec) -> tuple[Any, ...]:
+        """What ``run`` takes after a bias, decided from the operands (nothing by default)."""
+        return ()
+
 
 class MatMulReplay(_MatmulFamily):
     """2-D matmul: ``A[M,K] @ B[K,N] (+ bias[N])`` through ``mm`` / ``addmm``."""
@@ -263,22 +289,7 @@ class MatMulReplay(_MatmulFamily):
             raise CaseBuildError(
                 f"{row.kernel_type} operands and output must be 2-D, got {shape_text(a)} @ {shape_text(b)} -> {shape_text(out)}"
             )
-        layout = matmul_layout(a, b, out)
-        if layout is None:
-            raise CaseBuildError(
-                f"{row.kernel_type} shapes are inconsistent: no layout of A {shape_text(a)} and "
-                f"B {shape_text(b)} ([M,K] or [K,M], [K,N] or [N,K]) gives the output {shape_text(out)}"
-            )
-        return layout
-
-    def make_inputs(
-        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
-    ) -> tuple[Any, ...]:
-        operands = self.stored_operands(row, device, generator)
-        bias = _operands(row)[2]
-        if bias is None:
-            return operands
-        return operands + (self.random(bias, device, generator),)
+        return _matrix_layout(row, a, b, out)
 
     def run(self, a: "torch.Tensor", b: "torch.Tensor", bias: "torch.Tensor | None" = None) -> "torch.Tensor":
         if bias is None:
@@ -306,27 +317,14 @@ class BatchMatMulReplay(_MatmulFamily):
                 f"{row.kernel_type} batch dims are inconsistent: {shape_text(a[:-2])} and "
                 f"{shape_text(b[:-2])} do not broadcast to the output batch {shape_text(out[:-2])}"
             )
-        layout = matmul_layout(a[-2:], b[-2:], out[-2:])
-        if layout is None:
-            raise CaseBuildError(
-                f"{row.kernel_type} shapes are inconsistent: no layout of A {shape_text(a)} and "
-                f"B {shape_text(b)} (last two dims [M,K] or [K,M], [K,N] or [N,K]) gives the output "
-                f"{shape_text(out)}"
-            )
-        return layout
+        return _matrix_layout(row, a, b, out, "last two dims ")
 
-    def make_inputs(
-        self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
-    ) -> tuple[Any, ...]:
-        operands = self.stored_operands(row, device, generator)
-        a, b, bias, _ = _operands(row)
-        if bias is None:
-            return operands
+    def bias_options(self, a: TensorSpec, b: TensorSpec) -> tuple[Any, ...]:
         assert a.shape is not None and b.shape is not None
         # baddbmm fuses the bias when both operands are 3-D with one batch size; other
         # broadcast patterns go through matmul + an in-place add (two kernels).
         fused = len(a.shape) == 3 and len(b.shape) == 3 and a.shape[0] == b.shape[0]
-        return operands + (self.random(bias, device, generator), fused)
+        return (fused,)
 
     def run(
         self, a: "torch.Tensor", b: "torch.Tensor", bias: "torch.Tensor | None" = None, fused: bool = False
