@@ -25,11 +25,15 @@ BENCH_FILE = REPO / "bench" / "test_collectives.py"
 EXPECTED_HEADER = [
     "message_bytes", "num_devices", "dtype", "topology_tier", "Duration(us)", "bandwidth_gbps",
     "bus_bandwidth_gbps", "Median Duration(us)", "iterations", "mode", "backend", "world_size", "timestamp",
+    "nccl_tests_bytes",
 ]
 TORCHRUN_VARIABLES = (
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
     "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
 )
+# message_bytes is what the Ascend performance model computes: one rank's chunk for these two,
+# nccl_tests_bytes / n (the gathered output / the scattered input)
+RANK_CHUNK_FILES = ("hcom_allGather_.csv", "hcom_reduceScatter_.csv")
 BUS_FACTOR = {  # nccl-tests: 2(n-1)/n for all-reduce, (n-1)/n otherwise
     "hcom_allReduce_.csv": lambda n: 2 * (n - 1) / n,
     "hcom_allGather_.csv": lambda n: (n - 1) / n,
@@ -82,11 +86,12 @@ def six_digits(value: float) -> str:
 
 
 def check_row(file_name: str, row: dict[str, str]) -> None:
-    size, n = int(row["message_bytes"]), int(row["num_devices"])
+    size, n, nccl = int(row["message_bytes"]), int(row["num_devices"]), int(row["nccl_tests_bytes"])
+    assert nccl == size * (n if file_name in RANK_CHUNK_FILES else 1)
     duration = float(row["Duration(us)"])
     assert duration > 0 and float(row["Median Duration(us)"]) > 0
     assert abs(float(row["bandwidth_gbps"]) - size / (duration * 1e3)) <= 5e-7
-    assert row["bus_bandwidth_gbps"] == six_digits(float(row["bandwidth_gbps"]) * BUS_FACTOR[file_name](n))
+    assert row["bus_bandwidth_gbps"] == six_digits(nccl / (duration * 1e3) * BUS_FACTOR[file_name](n))
     assert row["backend"] == "gloo"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row["timestamp"])
 
@@ -106,8 +111,8 @@ def test_two_ranks_through_torchrun(tmp_path: Path, bench_dir: Path) -> None:
     for file_name in BUS_FACTOR:
         header, rows = read_csv(out / file_name)
         assert header == EXPECTED_HEADER
-        assert [(r["message_bytes"], r["dtype"]) for r in rows] == [
-            ("1024", "DT_BF16"), ("4096", "DT_BF16"), ("1024", "INT8"), ("4096", "INT8"),
+        assert [(r["nccl_tests_bytes"], r["dtype"]) for r in rows] == [
+            ("1024", "DT_BF16"), ("4096", "DT_BF16"), ("1024", "DT_INT8"), ("4096", "DT_INT8"),
         ]
         for row in rows:
             check_row(file_name, row)
@@ -142,7 +147,7 @@ def test_four_ranks_subgroups_tiers_and_a_failing_write(tmp_path: Path, bench_di
         assert [(r["num_devices"], r["topology_tier"]) for r in rows] == [("2", "1"), ("4", "0")]
         for row in rows:
             check_row(file_name, row)
-            assert (row["message_bytes"], row["dtype"], row["mode"], row["world_size"]) == ("1024", "FLOAT", "event", "4")
+            assert (row["message_bytes"], row["dtype"], row["mode"], row["world_size"]) == ("1024", "DT_FLOAT", "event", "4")
 
 
 def test_world_of_one_writes_the_derived_directory(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

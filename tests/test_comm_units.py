@@ -62,7 +62,7 @@ def test_settings_name_the_bad_option() -> None:
 
 def test_dtype_and_op_spellings() -> None:
     assert [parse_dtype(t).db_name for t in ("bf16", "torch.bfloat16", "DT_BF16", "fp16", "float32", "int8")] == [
-        "DT_BF16", "DT_BF16", "DT_BF16", "DT_FLOAT16", "FLOAT", "INT8",
+        "DT_BF16", "DT_BF16", "DT_BF16", "DT_FP16", "DT_FLOAT", "DT_INT8",
     ]
     assert [parse_op(t).name for t in ("allReduce", "hcom_allGather_", "reduce_scatter_tensor", "alltoallv")] == [
         "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
@@ -160,7 +160,8 @@ def test_cells_agree_with_each_other() -> None:
     assert cells["Duration(us)"] == "14"
     assert cells["Median Duration(us)"] == "12"
     assert cells["bandwidth_gbps"] == f"{1048576 / 14e3:.6f}"  # 74.898286
-    assert cells["bus_bandwidth_gbps"] == f"{float(cells['bandwidth_gbps']) * 1.5:.6f}".rstrip("0")
+    assert cells["bus_bandwidth_gbps"] == f"{1048576 / 14e3 * 1.5:.6f}".rstrip("0")
+    assert cells["message_bytes"] == cells["nccl_tests_bytes"] == "1048576"
     assert (cells["dtype"], cells["iterations"], cells["mode"], cells["backend"], cells["world_size"]) == (
         "DT_BF16", "3", "kernel", "nccl", "8",
     )
@@ -230,7 +231,7 @@ def test_hccl_process_group_and_device_construction(tmp_path: Path) -> None:
     settings = build_settings(cann_version="8.5")
     assert ccl_version(spec, settings) == "8.5"
     assert device_dir_name(spec, settings) == "ATLAS_800_A3_752T_128G_DIE"
-    assert output_directory(spec, settings, tmp_path) == tmp_path / "database/data/ATLAS_800_A3_752T_128G_DIE/hccl/8.5"
+    assert output_directory(spec, settings, tmp_path) == tmp_path / "database/data/ATLAS_800_A3_752T_128G_DIE/hccl/v8.5"
     with pytest.raises(CommConfigError, match="ASCEND_RT_VISIBLE_DEVICES lists 2"):
         check_visible_devices(spec.visible_devices_var, 4, {"ASCEND_RT_VISIBLE_DEVICES": "4,5"})
     check_visible_devices(spec.visible_devices_var, 2, {"ASCEND_RT_VISIBLE_DEVICES": "4,5"})

@@ -36,7 +36,7 @@ def test_new_file_then_replace_then_append(tmp_path: Path) -> None:
     upsert_result(tmp_path, _result(dtype="int8"))
     rows = _rows(path)
     assert [(r["Duration(us)"], r["mode"], r["dtype"]) for r in rows] == [
-        ("40", "kernel", "DT_BF16"), ("15", "event", "DT_BF16"), ("15", "kernel", "INT8"),
+        ("40", "kernel", "DT_BF16"), ("15", "event", "DT_BF16"), ("15", "kernel", "DT_INT8"),
     ]
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
@@ -53,12 +53,12 @@ def test_existing_file_keeps_its_rows_and_gets_the_fresh_average(tmp_path: Path)
     upsert_result(tmp_path, _result(samples=(10.0, 20.0), mode="kernel"))
     text = path.read_bytes().decode()
     lines = text.split("\r\n")
-    assert lines[1] == "2048,2,BF16,1,99.5,99.5,0.02,\"kept, as is\",,,,,,,", lines[1]
+    assert lines[1] == "2048,2,BF16,1,99.5,99.5,0.02,\"kept, as is\",,,,,,,,", lines[1]
     rows = _rows(path)
     assert rows[1]["Average Duration(us)"] == rows[1]["Duration(us)"] == "15"  # 'DT_BF16' key matched
     assert rows[1]["note"] == "old" and rows[1]["mode"] == "kernel"
     assert [(r["message_bytes"], r["mode"]) for r in rows[2:]] == [("1024", "event")]
-    assert list(rows[0])[-7:] == list(COLUMNS[6:])  # added columns at the end
+    assert list(rows[0])[-8:] == list(COLUMNS[6:])  # added columns at the end
 
 
 def test_malformed_existing_row_is_one_error_and_nothing_changes(tmp_path: Path) -> None:

@@ -1,14 +1,19 @@
 """The four collectives and four dtypes the benchmarks measure, as plain data (no torch import).
 
-``message_bytes`` is the per-rank message size as nccl-tests counts it ("size" in its output):
+Two sizes describe one measured case, and a collective CSV carries both:
 
-* ``all_reduce``: the bytes of the buffer every rank reduces (in place);
-* ``all_gather``: the bytes of the gathered output on each rank (``n`` times the input);
-* ``reduce_scatter``: the bytes of the input on each rank (``n`` times the output);
-* ``all_to_all``: the bytes each rank sends (and receives), ``n`` chunks of ``message_bytes / n``.
+* ``message_bytes`` is the size the Ascend performance model computes from the tensor it sees at
+  the call, and looks rows up by (msmodeling ``ProfilingDataSource._lookup_comm``; its HCCL
+  microbenchmark writes the same): ``all_reduce`` the buffer, ``all_gather`` one rank's input,
+  ``reduce_scatter`` one rank's output (the model's input tensor divided by the group size),
+  ``all_to_all`` everything one rank sends;
+* ``nccl_tests_bytes`` is the size nccl-tests reports ("size"): the same for all_reduce and
+  all_to_all, ``n`` times ``message_bytes`` for all_gather (the gathered output) and
+  reduce_scatter (the input), ``n`` being the group size.
 
-Bus bandwidth uses nccl-tests' factors, so figures compare with its ``busbw`` column:
-``2(n-1)/n`` for all_reduce and ``(n-1)/n`` for the three others.
+Bus bandwidth uses nccl-tests' size and factors, so figures compare with its ``busbw`` column:
+``2(n-1)/n`` for all_reduce and ``(n-1)/n`` for the three others.  Plans and cases count in
+nccl-tests' size (the buffers a rank allocates); only the written rows convert.
 """
 
 from __future__ import annotations
@@ -23,10 +28,14 @@ class CommDtype:
     """A dtype of the benchmarks: short key, database spelling, torch name and bit layout."""
 
     key: str  # what test ids and --comm-dtypes use: bf16, fp16, fp32, int8
-    db_name: str  # the spelling of the Ascend databases: DT_BF16, DT_FLOAT16, FLOAT, INT8
+    # The Ascend HCCL microbenchmark's spelling (msmodeling comm_bench ``_DTYPE_TO_CSV``):
+    # DT_BF16, DT_FP16, DT_FLOAT, DT_INT8.  Its calibration reader accepts DT_BF16, DT_FP16 and
+    # DT_FLOAT; no Ascend reader names int8 any other way.
+    db_name: str
     torch_name: str
     itemsize: int
     mantissa_bits: int  # explicit fraction bits; 0 for integers
+    legacy_names: tuple[str, ...] = ()  # what files written before used (the compute databases' spelling)
 
     @property
     def floating(self) -> bool:
@@ -42,9 +51,9 @@ class CommDtype:
 COMM_DTYPES: Mapping[str, CommDtype] = MappingProxyType(
     {
         "bf16": CommDtype("bf16", "DT_BF16", "bfloat16", 2, 7),
-        "fp16": CommDtype("fp16", "DT_FLOAT16", "float16", 2, 10),
-        "fp32": CommDtype("fp32", "FLOAT", "float32", 4, 23),
-        "int8": CommDtype("int8", "INT8", "int8", 1, 0),
+        "fp16": CommDtype("fp16", "DT_FP16", "float16", 2, 10, ("DT_FLOAT16",)),
+        "fp32": CommDtype("fp32", "DT_FLOAT", "float32", 4, 23, ("FLOAT",)),
+        "int8": CommDtype("int8", "DT_INT8", "int8", 1, 0, ("INT8",)),
     }
 )
 
@@ -58,6 +67,7 @@ _DTYPE_ALIASES: Mapping[str, str] = MappingProxyType(
         "float16": "fp16",
         "half": "fp16",
         "torch.float16": "fp16",
+        "dt_fp16": "fp16",
         "dt_float16": "fp16",
         "fp32": "fp32",
         "float32": "fp32",
@@ -80,11 +90,12 @@ def parse_dtype(text: str) -> CommDtype:
 
 
 def dtype_by_db_name(name: str) -> CommDtype | None:
-    """The dtype a database cell names (``DT_BF16``, ``BF16``, ``FLOAT`` ...), or None."""
+    """The dtype a database cell names (``DT_BF16``, ``BF16``, ``DT_FLOAT16``, ``FLOAT`` ...), or None."""
     text = name.strip().upper()
     for dtype in COMM_DTYPES.values():
-        if text in (dtype.db_name, dtype.db_name.removeprefix("DT_"), "DT_" + dtype.db_name):
-            return dtype
+        for spelling in (dtype.db_name, *dtype.legacy_names):
+            if text in (spelling, spelling.removeprefix("DT_"), "DT_" + spelling):
+                return dtype
     return None
 
 
@@ -95,6 +106,8 @@ class Collective:
     name: str  # all_reduce, all_gather, reduce_scatter, all_to_all
     hcom_name: str  # the HCCL op name in the database file name
     chunked: bool  # the message is n equal chunks, one per rank (all but all_reduce)
+    # message_bytes is one rank's chunk: all_gather's input, reduce_scatter's output
+    rank_chunk: bool = False
 
     @property
     def file_name(self) -> str:
@@ -107,6 +120,23 @@ class Collective:
         share = (num_devices - 1) / num_devices
         return 2 * share if self.name == "all_reduce" else share
 
+    def size_ratio(self, num_devices: int) -> int:
+        """nccl_tests_bytes / message_bytes: the group size for all_gather and reduce_scatter, else 1."""
+        if num_devices < 1:
+            raise ValueError(f"a group has at least one device, not {num_devices}")
+        return num_devices if self.rank_chunk else 1
+
+    def message_bytes(self, nccl_tests_bytes: int, num_devices: int) -> int:
+        """The size the Ascend performance model looks rows up by, from nccl-tests' size."""
+        ratio = self.size_ratio(num_devices)
+        if nccl_tests_bytes % ratio:
+            raise ValueError(f"{self.name}: {nccl_tests_bytes} bytes are not {num_devices} equal chunks")
+        return nccl_tests_bytes // ratio
+
+    def nccl_tests_bytes(self, message_bytes: int, num_devices: int) -> int:
+        """nccl-tests' size of a row whose ``message_bytes`` the Ascend performance model reads."""
+        return message_bytes * self.size_ratio(num_devices)
+
     def granule_bytes(self, dtype: CommDtype, num_devices: int) -> int:
         """What ``message_bytes`` must be a multiple of for this op, dtype and group size."""
         return dtype.itemsize * (num_devices if self.chunked else 1)
@@ -115,8 +145,8 @@ class Collective:
 COLLECTIVES: Mapping[str, Collective] = MappingProxyType(
     {
         "all_reduce": Collective("all_reduce", "allReduce", chunked=False),
-        "all_gather": Collective("all_gather", "allGather", chunked=True),
-        "reduce_scatter": Collective("reduce_scatter", "reduceScatter", chunked=True),
+        "all_gather": Collective("all_gather", "allGather", chunked=True, rank_chunk=True),
+        "reduce_scatter": Collective("reduce_scatter", "reduceScatter", chunked=True, rank_chunk=True),
         "all_to_all": Collective("all_to_all", "alltoallv", chunked=True),
     }
 )

@@ -7,6 +7,12 @@ column that either side lacks (older files have no ``mode``, some no ``dtype`` o
 one of ``Average Duration(us)``, ``Profiling Average Duration(us)``, ``Duration(us)`` (the order a
 simulator reads them).  The deviation is ``candidate / baseline - 1``; a pair is flagged when its
 absolute deviation exceeds the threshold.
+
+Sizes are compared as the Ascend reader counts them (``message_bytes``, see ``collectives``), and
+dtype spellings are normalised (``DT_FLOAT16`` and ``DT_FP16`` are one key).  Rows written by this
+project before ``message_bytes`` followed the reader (``backend`` set, no ``nccl_tests_bytes``)
+are converted as they are read, so a database not yet upgraded still pairs the right sizes; that
+needs the op, so such a file must be named ``hcom_{op}_.csv``.
 """
 
 from __future__ import annotations
@@ -15,9 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from perf_plugin.comm.collectives import op_for_file_name
+from perf_plugin.comm.collectives import COLLECTIVES, op_for_file_name
 from perf_plugin.comm.record import COLUMNS, DTYPE, MESSAGE_BYTES, MODE, NUM_DEVICES, TOPOLOGY_TIER
-from perf_plugin.comm.writer import row_key
+from perf_plugin.comm.writer import is_legacy_row, row_key
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.file_kind import require_known_column
 from perf_plugin.database.schema import DURATION_PREFERENCE, parse_duration
@@ -70,6 +76,29 @@ def _duration(table: CsvTable, row: int) -> float | None:
     return None
 
 
+def _reader_key(table: CsvTable, row: int, path: Path, op: str) -> tuple[object, ...]:
+    """The row's key with ``message_bytes`` as the Ascend reader counts it."""
+    key = row_key(table, row, path)
+    if not is_legacy_row(table, row):
+        return key
+    if op not in COLLECTIVES:
+        raise DatabaseError(
+            "written with nccl-tests' message_bytes, whose op the file name does not say "
+            "(name it hcom_{op}_.csv, or run perfdb upgrade-comm on its directory)",
+            path=path,
+            row=table.line_of(row),
+            column=MESSAGE_BYTES,
+        )
+    message_bytes, num_devices = key[0], key[1]
+    if not isinstance(message_bytes, int) or not isinstance(num_devices, int):
+        return key  # an empty size cell: nothing to convert
+    try:
+        converted = COLLECTIVES[op].message_bytes(message_bytes, num_devices)
+    except ValueError as exc:
+        raise DatabaseError(str(exc), path=path, row=table.line_of(row), column=MESSAGE_BYTES) from None
+    return (converted, *key[1:])
+
+
 def load_table(path: Path, op: str) -> CommTable:
     table = CsvTable.read(path)
     require_known_column(table.header, COLUMNS, path, "collective CSV")
@@ -85,7 +114,7 @@ def load_table(path: Path, op: str) -> CommTable:
         if duration is None:
             skipped += 1
             continue
-        rows.append((row_key(table, row, path), duration, table.line_of(row) or row + 2))
+        rows.append((_reader_key(table, row, path, op), duration, table.line_of(row) or row + 2))
     return CommTable(op, path, frozenset(table.header), tuple(rows), skipped)
 
 

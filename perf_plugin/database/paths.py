@@ -1,11 +1,14 @@
 """The database directory contract.
 
 ``{root}/{device}/{stack}/{version_dir}/{KernelType}.csv`` for compute kernels and
-``{root}/{device}/{ccl}/{ccl_version}/hcom_{op}_.csv`` for collectives.  Ascend names are fixed
+``{root}/{device}/{ccl}/{ccl_dir}/hcom_{op}_.csv`` for collectives.  Ascend names are fixed
 by existing databases: stack ``vllm_ascend``, version directory ``vllm{V}_torch{T}_cann{C}``,
-collective directory ``hccl/{cann}``.  CUDA and CPU follow the same pattern with stack ``vllm``
-(when a vLLM version is given) or ``torch``, and version directories such as
-``torch2.11.0_cuda13.0``.  An explicit database path always wins over the derived one.
+collective directory ``hccl/v{cann}`` (``communication_data_ref: "../../hccl/v8.5/"`` in the
+op_mapping.yaml of ``vllm_ascend/vllm0.18.0_torch2.9.0_cann8.5``, which the Ascend performance
+model resolves against that directory).  NCCL and gloo keep ``{ccl}/{version}``.  CUDA and CPU
+follow the same pattern with stack ``vllm`` (when a vLLM version is given) or ``torch``, and
+version directories such as ``torch2.11.0_cuda13.0``.  An explicit database path always wins over
+the derived one.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from perf_plugin.database.kernel_types import validate_kernel_type
 DEFAULT_ASCEND_DEVICE = "ATLAS_800_A3_752T_128G_DIE"
 ASCEND_STACK = "vllm_ascend"
 DEFAULT_ROOT_PARTS = ("database", "data")
+ASCEND_CCL = "hccl"  # the collective directory of Ascend databases
 
 _COMPONENT = re.compile(r"^[A-Za-z0-9_.\-+]+$")
 
@@ -84,12 +88,19 @@ def explicit_location(path: str | Path) -> DatabaseLocation:
     return DatabaseLocation(Path(path), False)
 
 
+def comm_version_dir(ccl: str, ccl_version: str) -> str:
+    """The version directory of a collective library: ``v8.5`` for HCCL (CANN 8.5), else as given."""
+    bare = ccl_version.removeprefix("v")
+    # an empty version stays empty, so the directory check below refuses it
+    return "v" + bare if ccl == ASCEND_CCL and bare else ccl_version
+
+
 def comm_directory(root: str | Path, device: str, ccl: str, ccl_version: str) -> Path:
     return (
         Path(root)
         / _component(device, "device")
         / _component(ccl, "collective library")
-        / _component(ccl_version, "collective library version")
+        / _component(comm_version_dir(ccl, ccl_version), "collective library version")
     )
 
 
