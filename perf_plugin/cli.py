@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "perf_plugin.ingest.command",
     "perf_plugin.grid.command",
     "perf_plugin.comm.command",
+    "perf_plugin.comm.upgrade_command",
     "perf_plugin.database.command",
 )
 
