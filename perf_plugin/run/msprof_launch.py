@@ -1,6 +1,9 @@
 """Run the pytest session under msprof, and collect its cases and profile on the controller.
 
-See ``perf_plugin.profiling.msprof`` for the whole picture.
+See ``perf_plugin.profiling.msprof`` for the whole picture.  When the session ends before
+recording its results (a kernel that brings its process down: an AI Core exception, a
+segmentation fault), each kernel type is run again in a session of its own, the others
+deselected, so that a kernel type whose session also ends early costs only its own rows.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -47,6 +51,9 @@ MSPROF_OPTIONS: tuple[str, ...] = (
 )
 # Characters msprof refuses in a path argument.
 _FORBIDDEN_PATH_CHARACTERS = frozenset("\n\f\r\b\t\v\x7f\"'\\%<>|&$;`")
+# pytest reads arguments from a file named as ``@file``, one a line: the deselected node ids
+# would not fit a command line.
+DESELECT_ARGS = "deselect.args"
 
 
 def msprof_command(msprof: str, output_dir: str | Path, argv: Sequence[str], python: str) -> list[str]:
@@ -89,10 +96,14 @@ def run_under_msprof(
     output_root: str | Path,
     environ: Mapping[str, str] | None = None,
     python: str = sys.executable,
+    label: str = "",
+    deselect: Sequence[str] = (),
 ) -> LaunchOutcome:
     """Run ``python -m pytest argv`` under msprof in a fresh output directory; return where it wrote.
 
-    The child inherits this process's standard streams, so its progress shows as it runs.
+    ``label`` ends the directory's name; the node ids in ``deselect`` are left out of the session
+    (``--deselect`` lines of ``deselect.args`` in that directory).  The child inherits this
+    process's standard streams, so its progress shows as it runs.
     """
     environ = dict(os.environ if environ is None else environ)
     msprof = shutil.which("msprof", path=environ.get("PATH"))
@@ -102,10 +113,13 @@ def run_under_msprof(
             "(e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh), or read an existing profile with --perf-prof-path"
         )
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d_%H%M%S")
-    output_dir = (Path(output_root) / f"run_{stamp}_{os.getpid()}").resolve()
+    output_dir = (Path(output_root) / f"run_{stamp}_{os.getpid()}{'_' + label if label else ''}").resolve()
     record_dir = output_dir / "perf_session"
-    command = msprof_command(msprof, output_dir, argv, python)
+    args_file = output_dir / DESELECT_ARGS
+    command = msprof_command(msprof, output_dir, [*argv, f"@{args_file}"] if deselect else argv, python)
     record_dir.mkdir(parents=True, exist_ok=True)
+    if deselect:
+        args_file.write_text("".join(f"--deselect={nodeid}\n" for nodeid in deselect), encoding="utf-8")
     environ[CHILD_ENV] = "1"
     environ[RECORD_ENV] = str(record_dir)
     completed = subprocess.run(command, cwd=str(cwd), env=environ, check=False)
@@ -132,13 +146,11 @@ def write_child_report(state: "RunState", record_dir: str | Path | None = None) 
     return path
 
 
-def _read_child_report(record_dir: Path, returncode: int, output_dir: Path) -> dict[str, Any]:
+def _read_child_report(record_dir: Path) -> dict[str, Any] | None:
+    """The session's record of its cases, or None when it ended before writing one."""
     path = record_dir / SESSION_REPORT
     if not path.is_file():
-        raise MsprofError(
-            f"the session under msprof ended (exit code {returncode}) before recording its results; "
-            f"nothing was written (msprof output: {output_dir})"
-        )
+        return None
     try:
         report: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         return report
@@ -191,7 +203,8 @@ def external_run(
         problem = custom_opp_message(os.environ if environ is None else environ, runnable)
         if problem is not None:
             raise MsprofError(problem)
-        prof_dirs, records, measured = _run_session(argv, cwd, output_root, environ, repeat_count, outcome)
+        sessions = _Sessions(argv, cwd, output_root, environ, repeat_count, outcome)
+        prof_dirs, records, measured = _run_session(sessions, cases)
 
     try:
         match = match_profile(
@@ -216,33 +229,116 @@ def external_run(
     return outcome
 
 
-def _run_session(
-    argv: Sequence[str],
-    cwd: str | Path,
-    output_root: str | Path,
-    environ: Mapping[str, str] | None,
-    repeat_count: int,
-    outcome: ExternalOutcome,
-) -> tuple[list[Path], dict[str, CaseRecord], list[MeasuredCase]]:
+@dataclass
+class _Sessions:
+    """What every session under msprof of one run is launched with, and where its results go."""
+
+    argv: Sequence[str]
+    cwd: str | Path
+    output_root: str | Path
+    environ: Mapping[str, str] | None
+    repeat_count: int
+    outcome: ExternalOutcome
+
+    def launch(self, label: str = "", deselect: Sequence[str] = ()) -> LaunchOutcome:
+        return run_under_msprof(
+            self.argv, cwd=self.cwd, output_root=self.output_root, environ=self.environ, label=label, deselect=deselect
+        )
+
+
+Collected = tuple[list[Path], dict[str, CaseRecord], list[MeasuredCase]]
+
+
+def _ended_early(launch: LaunchOutcome, session: str = "the session under msprof", then: str = "") -> str:
+    """``session`` ended before recording its results; ``then``; where msprof's output is."""
+    return (
+        f"{session} ended (exit code {launch.returncode}) before recording its results{then} "
+        f"(msprof output: {launch.output_dir})"
+    )
+
+
+def _run_session(sessions: _Sessions, cases: Sequence[tuple[str, "Case"]]) -> Collected:
     """Launch the session under msprof: its profile directories, its case records, and the
-    cases it measured in launch order (its results and notes go into ``outcome``)."""
-    launch = run_under_msprof(argv, cwd=cwd, output_root=output_root, environ=environ)
-    report = _read_child_report(launch.record_dir, launch.returncode, launch.output_dir)
+    cases it measured in launch order (its results and notes go into the outcome)."""
+    launch = sessions.launch()
+    report = _read_child_report(launch.record_dir)
+    if report is None:
+        if launch.returncode == 0 or not any(case.runnable for _, case in cases):
+            raise MsprofError(_ended_early(launch, then="; nothing was written"))
+        return _run_each_kernel_type(sessions, cases, launch)
     if not launch.prof_dirs:
         raise MsprofError(f"msprof wrote no PROF_* directory under {launch.output_dir}; nothing was written")
+    records, measured = _session_cases(report, launch.record_dir, sessions)
+    sessions.outcome.notes.append(
+        f"msprof: the session ran under msprof (exit code {launch.returncode}); profile "
+        f"{', '.join(str(p) for p in launch.prof_dirs)} (re-read it with --perf-prof-path {launch.output_dir})"
+    )
+    return list(launch.prof_dirs), records, measured
+
+
+def _session_cases(
+    report: dict[str, Any], record_dir: Path, sessions: _Sessions
+) -> tuple[dict[str, CaseRecord], list[MeasuredCase]]:
+    """A recorded session's case records and measured cases (its results go into the outcome)."""
+    outcome = sessions.outcome
     records = {nodeid: CaseRecord.from_json(data) for nodeid, data in report.get("records", {}).items()}
     outcome.results.extend(CaseResult.from_json(data) for data in report.get("results", []))
-    outcome.workers = int(report.get("workers", 0))
-    measured = read_measured(launch.record_dir)
+    outcome.workers = max(outcome.workers, int(report.get("workers", 0)))
+    measured = read_measured(record_dir)
     logged = {m.ref.case_id for m in measured}
     # A passed case the log does not name (a child without the msprof collector) ran the
     # nominal repeats after everything logged.
     last = max((m.order for m in measured), default=0)
     for index, record in enumerate(records.values(), start=1):
         if record.outcome == "passed" and record.ref.case_id not in logged:
-            measured.append(MeasuredCase(record.ref, repeat_count, last + index))
-    outcome.notes.append(
-        f"msprof: the session ran under msprof (exit code {launch.returncode}); profile "
-        f"{', '.join(str(p) for p in launch.prof_dirs)} (re-read it with --perf-prof-path {launch.output_dir})"
+            measured.append(MeasuredCase(record.ref, sessions.repeat_count, last + index))
+    return records, measured
+
+
+def _run_each_kernel_type(sessions: _Sessions, cases: Sequence[tuple[str, "Case"]], whole: LaunchOutcome) -> Collected:
+    """The whole session ended before recording: each kernel type with a case to run runs in a
+    session of its own.  One that ends early too fails its own cases with the reason; the
+    profiles of the others are matched as one (the sessions ran one after another)."""
+    from perf_plugin.run.cases import record_of
+
+    by_type: dict[str, list[tuple[str, Case]]] = defaultdict(list)
+    for nodeid, case in cases:
+        by_type[case.ref.kernel_type].append((nodeid, case))
+    prof_dirs: list[Path] = []
+    records: dict[str, CaseRecord] = {}
+    measured: list[MeasuredCase] = []
+    recorded: list[str] = []
+    lost: list[str] = []
+    for kernel_type, own in sorted(by_type.items()):
+        if not any(case.runnable for _, case in own):  # nothing to launch: skipped, as the session would
+            records.update((nodeid, record_of(case, "skipped")) for nodeid, case in own)
+            continue
+        mine = {nodeid for nodeid, _ in own}
+        launch = sessions.launch(kernel_type, [nodeid for nodeid, _ in cases if nodeid not in mine])
+        report = _read_child_report(launch.record_dir)
+        if report is None:
+            reason = _ended_early(launch, f"the session under msprof of {kernel_type} alone")
+            for nodeid, case in own:
+                record = record_of(case, "failed" if case.runnable else "skipped")
+                records[nodeid] = dataclasses.replace(record, message=reason) if case.runnable else record
+            lost.append(f"{kernel_type} (exit code {launch.returncode})")
+            continue
+        own_records, own_measured = _session_cases(report, launch.record_dir, sessions)
+        records.update(own_records)
+        measured.extend(own_measured)
+        prof_dirs.extend(launch.prof_dirs)
+        recorded.append(kernel_type)
+    if not recorded:
+        raise MsprofError(
+            f"{_ended_early(whole)}, and so did the session of each kernel type alone: {', '.join(lost)}; "
+            "nothing was written"
+        )
+    if not prof_dirs:
+        raise MsprofError(f"msprof wrote no PROF_* directory for {', '.join(recorded)}; nothing was written")
+    sessions.outcome.notes.append(
+        f"msprof: {_ended_early(whole)}; each kernel type then ran in a session of its own: "
+        f"{', '.join(recorded)} recorded"
+        + (f"; {', '.join(lost)} ended before recording too, their cases failed" if lost else "")
+        + f"; profiles {', '.join(str(p) for p in prof_dirs)}"
     )
-    return list(launch.prof_dirs), records, measured
+    return prof_dirs, records, measured
