@@ -131,7 +131,8 @@ def test_cann_release_comes_from_the_toolkit_install_info(tmp_path: Path, monkey
     assert cann_directory_version(found.value) == "8.2"
     monkeypatch.setenv("ASCEND_TOOLKIT_HOME", str(home))
     monkeypatch.delenv("ASCEND_HOME_PATH", raising=False)
-    assert npu.cann_version() == "8.2.RC1"  # what the run report and the HCCL directory read
+    assert npu.cann_version() == "8.2.RC1"  # what the run report reads
+    assert npu.NpuBackend.ccl_version() == "8.2"  # the HCCL directory: hccl/v8.2, as cann8.2
 
 
 def test_the_install_info_of_this_machines_architecture_is_preferred(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from perf_plugin.backends.ascend_versions import find_cann_version
+from perf_plugin.backends.ascend_versions import cann_directory_version, find_cann_version
 from perf_plugin.backends.base import Backend
 from perf_plugin.database.paths import DEFAULT_ASCEND_DEVICE
 
@@ -95,7 +95,10 @@ class NpuBackend(Backend):
 
     @staticmethod
     def ccl_version() -> str | None:
-        return cann_version()  # HCCL ships with CANN and carries its version
+        # HCCL ships with CANN and is filed under its major.minor, as the compute directory's
+        # cann<C> is (op_mapping.yaml points at hccl/v8.5 from vllm..._cann8.5)
+        release = cann_version()
+        return cann_directory_version(release) if release else None
 
     def free_memory_bytes(self) -> int | None:
         import torch
