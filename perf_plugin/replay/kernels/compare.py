@@ -32,12 +32,11 @@ with a floating tensor base and a scalar exponent.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.kernels.elementwise import scalar_aware_inputs, scalar_aware_outputs
+from perf_plugin.replay.base import CaseBuildError
+from perf_plugin.replay.kernels.elementwise import ScalarAwareReplay, scalar_aware_inputs, scalar_aware_outputs
 from perf_plugin.replay.kernels.matmul import broadcast_shapes
 from perf_plugin.replay.tensors import DTYPES, FLOATING, KernelRow, TensorSpec, shape_text
 from perf_plugin.trace.args import broadcast, is_scalar_arg, promote, scalar_dtype, tensor_arg
@@ -83,13 +82,10 @@ def _trace_pows(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
 
 
 # ----------------------------------------------------------------------------- replays
-class _ScalarOperandReplay(OpReplay):
+class _ScalarOperandReplay(ScalarAwareReplay):
     """``function(x, other)``: ``other`` a host scalar (empty second slot) or a tensor."""
 
     function: ClassVar[str] = ""
-
-    def expected_outputs(self, row: KernelRow) -> Sequence[TensorSpec]:
-        return scalar_aware_outputs(row)
 
     def operands(self, row: KernelRow) -> tuple[TensorSpec, TensorSpec, TensorSpec]:
         inputs = scalar_aware_inputs(row)

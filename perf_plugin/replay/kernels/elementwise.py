@@ -11,6 +11,7 @@ tensor and are not reproduced further.
 from __future__ import annotations
 
 import random
+from abc import abstractmethod
 from collections.abc import Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -102,6 +103,25 @@ def one_input_one_output(row: KernelRow) -> tuple[TensorSpec, TensorSpec]:
     return inputs[0], outputs[0]
 
 
+class ScalarAwareReplay(OpReplay):
+    """A replay of rows whose slots may be 0-d tensors (an empty shape with a dtype).
+
+    Its outputs are the row's ``scalar_aware_outputs``; ``operands`` reads the slots it uses,
+    raising CaseBuildError for a row it cannot replay, and is the whole ``check`` unless a
+    subclass checks more.
+    """
+
+    def expected_outputs(self, row: KernelRow) -> Sequence[TensorSpec]:
+        return scalar_aware_outputs(row)
+
+    @abstractmethod
+    def operands(self, row: KernelRow) -> object:
+        """The row's slots as ``make_inputs`` uses them; CaseBuildError for a row it cannot replay."""
+
+    def check(self, row: KernelRow) -> None:
+        self.operands(row)
+
+
 # ----------------------------------------------------------------------------- trace ingest
 # A Python number passed to a tensor op arrives as a 0-d CPU tensor of these dtypes (a "wrapped
 # number": ``y * 0.5`` records a 0-d ``double``); a 0-d tensor of any other dtype is a real tensor.
@@ -175,13 +195,10 @@ def _ops(*names: str, mapper: TraceMapper) -> MappingProxyType[str, TraceMapper]
 
 
 # ----------------------------------------------------------------------------- replays
-class _ElementwiseReplay(OpReplay):
+class _ElementwiseReplay(ScalarAwareReplay):
     """Shared slot handling of the elementwise replays."""
 
     input_count = 1
-
-    def expected_outputs(self, row: KernelRow) -> Sequence[TensorSpec]:
-        return scalar_aware_outputs(row)
 
     def operands(self, row: KernelRow) -> tuple[tuple[TensorSpec, ...], TensorSpec]:
         inputs = scalar_aware_inputs(row)

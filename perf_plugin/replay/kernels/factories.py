@@ -33,13 +33,17 @@ Trace ingest: ``aten::arange``, ``aten::zeros_like`` / ``zero_`` / ``zeros``, ``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from perf_plugin.replay.api_call import ApiCall
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.kernels.elementwise import one_input_one_output, scalar_aware_inputs, scalar_aware_outputs
+from perf_plugin.replay.kernels.elementwise import (
+    ScalarAwareReplay,
+    one_input_one_output,
+    scalar_aware_inputs,
+    scalar_aware_outputs,
+)
 from perf_plugin.replay.tensors import DTYPES, FLOATING, KernelRow, TensorSpec, shape_text
 from perf_plugin.trace.args import DEFAULT_FLOAT, SCALAR_TYPE_CODES, concrete_arg, is_int_list, tensor_arg
 from perf_plugin.trace.events import TraceOp
@@ -107,15 +111,12 @@ def _trace_factory(kernel_type: str) -> TraceMapper:
 
 
 # ----------------------------------------------------------------------------- replays
-class RangeReplay(OpReplay):
+class RangeReplay(ScalarAwareReplay):
     """``Range``: ``torch.arange(start, end, step, dtype=...)`` with start 0 and step 1."""
 
     kernel_types = ("Range",)
     npu_api = "torch.arange"
     trace_ops = MappingProxyType({"aten::arange": _trace_arange})
-
-    def expected_outputs(self, row: KernelRow) -> Sequence[TensorSpec]:
-        return scalar_aware_outputs(row)
 
     def operands(self, row: KernelRow) -> tuple[tuple[TensorSpec, ...], TensorSpec]:
         scalars = scalar_aware_inputs(row)
@@ -134,9 +135,6 @@ class RangeReplay(OpReplay):
         if outputs[0].dtype == "BOOL":
             raise CaseBuildError(f"{row.kernel_type} output dtype BOOL is not a number sequence")
         return scalars, outputs[0]
-
-    def check(self, row: KernelRow) -> None:
-        self.operands(row)
 
     def make_inputs(
         self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
@@ -166,7 +164,7 @@ class RangeReplay(OpReplay):
         return 0.0  # start + i * step, rounded once to the output dtype
 
 
-class _FillReplay(OpReplay):
+class _FillReplay(ScalarAwareReplay):
     """``x -> y`` of one shape and dtype, every element ``value``; verified exactly."""
 
     value: ClassVar[int] = 0
@@ -181,12 +179,6 @@ class _FillReplay(OpReplay):
         if x.dtype not in DTYPES:
             raise CaseBuildError(f"{row.kernel_type} input has unknown dtype {x.dtype!r}")
         return x
-
-    def expected_outputs(self, row: KernelRow) -> Sequence[TensorSpec]:
-        return scalar_aware_outputs(row)
-
-    def check(self, row: KernelRow) -> None:
-        self.operands(row)
 
     def make_inputs(
         self, row: KernelRow, device: "torch.device", generator: "torch.Generator"

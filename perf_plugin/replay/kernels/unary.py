@@ -20,12 +20,11 @@ Trace ingest: ``aten::sin``, ``aten::cos`` and ``aten::abs`` become rows of this
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.kernels.elementwise import one_input_one_output, scalar_aware_outputs
+from perf_plugin.replay.base import CaseBuildError
+from perf_plugin.replay.kernels.elementwise import ScalarAwareReplay, one_input_one_output
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec, shape_text
 from perf_plugin.trace.args import DEFAULT_FLOAT, category, tensor_arg
 from perf_plugin.trace.events import TraceOp
@@ -52,15 +51,12 @@ def _trace_unary(kernel_type: str, float_result: bool) -> TraceMapper:
     return mapper
 
 
-class _UnaryReplay(OpReplay):
+class _UnaryReplay(ScalarAwareReplay):
     """One input, one output of its shape; ``function`` names the torch operator."""
 
     function: ClassVar[str] = ""
     # Whether an integer input gives a FLOAT result (``sin``) or keeps its dtype (``abs``).
     float_result: ClassVar[bool] = True
-
-    def expected_outputs(self, row: KernelRow) -> Sequence[TensorSpec]:
-        return scalar_aware_outputs(row)
 
     def operands(self, row: KernelRow) -> tuple[TensorSpec, TensorSpec]:
         x, out = one_input_one_output(row)
@@ -76,9 +72,6 @@ class _UnaryReplay(OpReplay):
                 f"{row.kernel_type} output dtype {out.dtype} should be {expected} for an input of dtype {x.dtype}"
             )
         return x, out
-
-    def check(self, row: KernelRow) -> None:
-        self.operands(row)
 
     def make_inputs(
         self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
