@@ -9,6 +9,7 @@ replayed over the last dimension, where every LLM softmax (MoE routing, sampling
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +49,24 @@ def swiglu_dim(x: tuple[int, ...], out: tuple[int, ...]) -> int | None:
     return differing[0]
 
 
-class SwiGluReplay(OpReplay):
+class SwiGluDimReplay(OpReplay):
+    """``SwiGlu`` and its gradient: ``dim``, which the row does not record, is the one dimension
+    its shapes halve (finding it is the row's check), and the NPU call takes the row's tensors,
+    then ``dim=`` (``make_inputs`` returns them in that order)."""
+
+    @abstractmethod
+    def dim(self, row: KernelRow) -> int:
+        """The halved dimension; CaseBuildError for a row that cannot be replayed."""
+
+    def check(self, row: KernelRow) -> None:
+        self.dim(row)
+
+    def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
+        *tensors, dim = args
+        return self.api_call(*tensors, dim=dim)
+
+
+class SwiGluReplay(SwiGluDimReplay):
     kernel_types = ("SwiGlu",)
     npu_api = "torch_npu.npu_swiglu"
 
@@ -66,19 +84,12 @@ class SwiGluReplay(OpReplay):
             )
         return dim
 
-    def check(self, row: KernelRow) -> None:
-        self.dim(row)
-
     def make_inputs(
         self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
     ) -> tuple[Any, ...]:
         dim = self.dim(row)
         x, _ = _single(row)
         return self.random(x, device, generator), dim
-
-    def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
-        x, dim = args
-        return self.api_call(x, dim=dim)
 
     def run(self, x: "torch.Tensor", dim: int) -> "torch.Tensor":
         import torch

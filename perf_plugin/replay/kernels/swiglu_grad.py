@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from perf_plugin.replay.api_call import ApiCall
-from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.kernels.activation import swiglu_dim
+from perf_plugin.replay.base import CaseBuildError
+from perf_plugin.replay.kernels.activation import SwiGluDimReplay, swiglu_dim
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec, shape_text
 
 if TYPE_CHECKING:
@@ -37,7 +36,7 @@ def _slots(row: KernelRow) -> tuple[TensorSpec, TensorSpec, TensorSpec]:
     return inputs[0], inputs[1], outputs[0]
 
 
-class SwiGluGradReplay(OpReplay):
+class SwiGluGradReplay(SwiGluDimReplay):
     kernel_types = ("SwiGluGrad",)
     npu_api = "torch.ops.npu.npu_swiglu_backward"
 
@@ -54,18 +53,11 @@ class SwiGluGradReplay(OpReplay):
             raise CaseBuildError(f"{kind} output dx {shape_text(dx)} {dx.dtype} should match x {shape_text(x)} {x.dtype}")
         return dim
 
-    def check(self, row: KernelRow) -> None:
-        self.dim(row)
-
     def make_inputs(
         self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
     ) -> tuple[Any, ...]:
         dim = self.dim(row)
         return self.random(row.inputs[0], device, generator), self.random(row.inputs[1], device, generator), dim
-
-    def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
-        dy, x, dim = args
-        return self.api_call(dy, x, dim=dim)
 
     def run(self, dy: "torch.Tensor", x: "torch.Tensor", dim: int) -> "torch.Tensor":
         import torch
