@@ -60,8 +60,9 @@ def _pad(values: list[str], width: int) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class Structure:
-    """The stable structural metadata of a source row (shapes reduced to ranks)."""
+class SlotMetadata:
+    """A row's identity cells besides its shapes: ``OP State``, ``Accelerator Core`` and the
+    data type and format tokens of every input and output slot."""
 
     op_state: str
     core: str
@@ -69,6 +70,12 @@ class Structure:
     in_formats: tuple[str, ...]
     out_dtypes: tuple[str, ...]
     out_formats: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Structure(SlotMetadata):
+    """The stable structural metadata of a source row (shapes reduced to ranks)."""
+
     in_ranks: tuple[int | None, ...]
     out_ranks: tuple[int | None, ...]
 
@@ -125,15 +132,9 @@ def source_structures(table: CsvTable) -> list[SourceStructure]:
 
 
 @dataclass(frozen=True)
-class RowLayout:
+class RowLayout(SlotMetadata):
     """Everything but the shapes of the rows one pattern generates into one table."""
 
-    op_state: str
-    core: str
-    in_dtypes: tuple[str, ...]
-    in_formats: tuple[str, ...]
-    out_dtypes: tuple[str, ...]
-    out_formats: tuple[str, ...]
     in_itemsizes: tuple[int, ...]  # bytes per element of each slot (0 where there is no tensor)
     out_itemsizes: tuple[int, ...]
     inherited_from: int | None  # 0-based row index of the source row, None for the default
