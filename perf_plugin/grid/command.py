@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 
 from perf_plugin.database.kernel_types import validate_kernel_type
 from perf_plugin.database.paths import (
     ASCEND_STACK,
     DEFAULT_ASCEND_DEVICE,
+    DEFAULT_ROOT_PARTS,
     DatabaseLocation,
     ascend_version_dir,
     cuda_version_dir,
@@ -30,7 +32,7 @@ from perf_plugin.grid.models import MODELS, parse_model_list
 from perf_plugin.grid.runner import GridRequest, KernelReport, run_grid
 from perf_plugin.usage import UsageError
 
-DEFAULT_ROOT = "database/data"
+DEFAULT_ROOT = str(Path(*DEFAULT_ROOT_PARTS))  # the same root as ingest's
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
