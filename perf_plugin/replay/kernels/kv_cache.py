@@ -30,6 +30,7 @@ write outside the addressed slots shows as a mismatch.  Verification is exact (t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -207,12 +208,8 @@ class ScatterNdUpdateReplay(_CacheWriteReplay):
             )
         if updates.dtype != data.dtype:
             raise CaseBuildError(f"{row.kernel_type} updates dtype {updates.dtype} differs from data {data.dtype}")
-        addressable = 1
-        for size in data.shape[:depth]:
-            addressable *= size
-        count = 1
-        for size in indices.shape[:-1]:
-            count *= size
+        addressable = math.prod(data.shape[:depth])
+        count = math.prod(indices.shape[:-1])
         if count > addressable:
             raise CaseBuildError(
                 f"{row.kernel_type} {count} index rows do not fit the {addressable} rows of data {shape_text(data)}: "
@@ -233,10 +230,7 @@ class ScatterNdUpdateReplay(_CacheWriteReplay):
         assert data.shape is not None and indices.shape is not None
         depth = indices.shape[-1]
         lead = data.shape[:depth]
-        count = 1
-        for size in indices.shape[:-1]:
-            count *= size
-        flat = _distinct_rows(count, max(1, _product(lead)), device, generator)
+        flat = _distinct_rows(math.prod(indices.shape[:-1]), max(1, math.prod(lead)), device, generator)
         columns = []
         for size in reversed(lead):  # unravel the flat row numbers into K coordinates
             columns.append(flat % size)
@@ -261,11 +255,4 @@ class ScatterNdUpdateReplay(_CacheWriteReplay):
     ) -> "torch.Tensor":
         fresh = _sentinel(tuple(data.shape), data.dtype, "cpu")
         return self.run(fresh, indices.cpu(), updates.cpu())
-
-
-def _product(shape: tuple[int, ...]) -> int:
-    total = 1
-    for size in shape:
-        total *= size
-    return total
 
