@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from perf_plugin.database.kernel_breakdown import KernelDifference, kernel_difference
 
+
 class CollectedCase(Protocol):
     """A case as the collection made it (``perf_plugin.run.cases.Case``), seen from the layers
     below the run: its identity, and whether it can run."""
@@ -123,7 +124,8 @@ class SampleStats:
 
     ``mean`` is what ``Average Duration(us)`` holds: the arithmetic mean of the per-repeat
     durations after warm-up (the same statistic as ``Profiling Average Duration(us)``, so the two
-    compare like for like); median, min, std (population) and count go in the added columns.
+    compare like for like); median, min, std (population) and count go in the added columns,
+    as ``perf_plugin.database.schema.MICROBENCH_STATISTICS`` maps them.
     """
 
     mean: float
@@ -142,6 +144,15 @@ class SampleStats:
         # (~0.1 ms per case: seconds over a large run); it agrees far below the 3 decimals kept.
         std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values)) if len(values) > 1 else 0.0
         return cls(mean=mean, median=statistics.median(values), minimum=min(values), std=std, count=len(values))
+
+    def value(self, statistic: str) -> float:
+        """One statistic by its name in ``perf_plugin.database.schema.MICROBENCH_STATISTICS``."""
+        values = {"mean": self.mean, "median": self.median, "minimum": self.minimum, "std": self.std}
+        if statistic == "count":
+            return float(self.count)
+        if statistic not in values:
+            raise ValueError(f"unknown statistic {statistic!r}")
+        return values[statistic]
 
 
 @dataclass(frozen=True)

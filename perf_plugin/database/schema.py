@@ -3,7 +3,8 @@
 Identity columns come first, in a fixed order.  Ingest writes the ``Profiling ...`` columns;
 write-back places ``Average Duration(us)`` before the profiling duration columns and each
 ``MicroBench <counter>`` before its ``Profiling Average <counter>``.  Columns this project adds
-go at the end.  Unknown columns are never touched.
+go at the end.  Unknown columns are never touched.  ``MICROBENCH_STATISTICS`` says which
+statistic each duration column of a measurement holds.
 """
 
 from __future__ import annotations
@@ -78,6 +79,36 @@ ADDED_COLUMNS: tuple[str, ...] = (
 
 # Lookup order of a simulator: microbench first, then the profiled average, then a raw duration.
 DURATION_PREFERENCE: tuple[str, ...] = (MICROBENCH_AVERAGE, PROFILING_AVERAGE, RAW_DURATION)
+
+# The statistic each duration column of a measurement holds, over the row's timed repeats (the
+# samples after the verification run and the warm-ups).  Every name says its statistic, and
+# ``Average Duration(us)`` keeps the mean: the Ascend performance model reads that column first,
+# and msmodeling's own writer stores the minimum of all launches there, so the minimum has a
+# column of its own.  A filled ``MicroBench Samples`` cell marks a row this project measured.
+# Write-back writes exactly these; docs/ascend-reader-contract.md is the contract.
+MICROBENCH_STATISTICS: dict[str, str] = {
+    MICROBENCH_AVERAGE: "mean",
+    MICROBENCH_MEDIAN: "median",
+    MICROBENCH_MIN: "minimum",
+    MICROBENCH_STD: "std",
+    MICROBENCH_SAMPLES: "count",
+}
+STATISTIC_MEANINGS: dict[str, str] = {
+    "mean": "arithmetic mean of the timed repeats (us)",
+    "median": "median of the timed repeats, the mean of the middle two for an even count (us)",
+    "minimum": "smallest timed repeat (us)",
+    "std": "population standard deviation of the timed repeats (us)",
+    "count": "number of timed repeats the statistics are over",
+}
+# ``MicroBench <counter>``: the counter's mean over the timed repeats (launches on an NPU).
+MICROBENCH_COUNTER_MEANING = "mean of the hardware counter over the timed repeats"
+
+
+def written_column_meanings() -> dict[str, str]:
+    """What each measurement column write-back fills holds, for the run report."""
+    meanings = {column: STATISTIC_MEANINGS[statistic] for column, statistic in MICROBENCH_STATISTICS.items()}
+    meanings[microbench_counter_column("<counter>")] = MICROBENCH_COUNTER_MEANING
+    return meanings
 
 
 def microbench_counter_column(counter: str) -> str:

@@ -28,7 +28,9 @@ The convention fixes these top-level fields; here is what each means for a repla
 
 Fields this report adds (optional in the convention, each under its own key): ``replay_run``
 (run settings), ``outcome_counts``, ``results`` (one entry per case), ``quarantined``,
-``writeback`` (one entry per CSV file) and ``duration_gap`` (counts of the gap CSV).
+``writeback`` (one entry per CSV file), ``duration_gap`` (counts of the gap CSV) and
+``columns``: what each measurement column write-back fills holds (``Average Duration(us)`` is
+the mean of the timed repeats; docs/ascend-reader-contract.md).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from perf_plugin.database.atomic import atomic_write_text
+from perf_plugin.database.schema import written_column_meanings
 from perf_plugin.report.gap import GAP_BAND, is_flagged
 from perf_plugin.report.tally import RunTally, quarantined_kernel_type, tally_summary
 from perf_plugin.results import CaseResult, FileWriteback, RunSummary, SampleStats
@@ -148,6 +151,7 @@ def build_run_report(summary: RunSummary, reports_dir: str | Path | None = None)
         ],
         "writeback": [_writeback(f) for f in summary.files],
         "duration_gap": _duration_gap(summary),
+        "columns": written_column_meanings(),
     }
     # The per-case entries are finite already; everything else is small.
     return {key: value if key == "results" else finite_values(value) for key, value in report.items()}

@@ -29,10 +29,7 @@ from perf_plugin.database.schema import (
     MICROBENCH_AVERAGE,
     MICROBENCH_BACKEND,
     MICROBENCH_KERNELS,
-    MICROBENCH_MEDIAN,
-    MICROBENCH_MIN,
-    MICROBENCH_SAMPLES,
-    MICROBENCH_STD,
+    MICROBENCH_STATISTICS,
     MICROBENCH_TIMESTAMP,
     PROFILING_AVERAGE,
     PROFILING_KERNELS,
@@ -83,11 +80,8 @@ def _signature_index(table: CsvTable, kernel_type: str) -> dict[str, list[int]]:
 
 def _write_measurement(table: CsvTable, row: int, result: CaseResult, timestamp: str) -> None:
     stats = SampleStats.of(result.samples_us)
-    table.set(row, MICROBENCH_AVERAGE, format_number(stats.mean))
-    table.set(row, MICROBENCH_MEDIAN, format_number(stats.median))
-    table.set(row, MICROBENCH_MIN, format_number(stats.minimum))
-    table.set(row, MICROBENCH_STD, format_number(stats.std))
-    table.set(row, MICROBENCH_SAMPLES, str(stats.count))
+    for column, statistic in MICROBENCH_STATISTICS.items():  # the statistic each column holds
+        table.set(row, column, format_number(stats.value(statistic)))
     table.set(row, MICROBENCH_BACKEND, result.backend)
     table.set(row, MICROBENCH_TIMESTAMP, timestamp)
     table.set(row, MICROBENCH_KERNELS, format_breakdown((k.name, k.mean_us) for k in result.kernels))
