@@ -22,13 +22,17 @@ runs ``bench/test_kernels.py``).
     python benchmarks/bench_overhead.py --backend cpu --cases 1000 --repeats 30
     python benchmarks/bench_overhead.py --backend cuda --cases 3000 --repeats 30 --rounds 3
     python benchmarks/bench_overhead.py --backend cpu --cases 10000 --memory-only
+    python benchmarks/bench_overhead.py --backend cpu --cases 2000 --memory-only --tracemalloc
 
 Expected output: a line per round, then the medians: whole-run wall time, cases/s and peak RSS
 of the bare loop and the pytest run and their ratio (target at most 1.2), the marginal cost per
 case, pytest's own floor (an empty parametrized test), the steady-state figures README.md
 reports under "Measured" (bare loop and pytest per case, their ratio, cases/s, what the harness
 adds beyond pytest's own), the garbage collector's share and pytest's exit code.  With
-``--memory-only``: the pytest run's wall time, peak RSS and peak device memory.
+``--memory-only``: the pytest run's wall time, peak RSS and peak device memory; with
+``--tracemalloc`` as well, the Python memory alive at the end of the run minus at collection, per
+row, by the code that allocated it: pytest's (``_pytest/*``: items' reports), the plugin's
+(``perf_plugin/*``: the run's records and results) and the rest, each with its largest files.
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from statistics import median
 from pathlib import Path
+from statistics import median
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = "OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"
@@ -89,22 +94,91 @@ STEADY_CLOCK = textwrap.dedent(
     """
 )
 
+# Prepended to the pytest child by --tracemalloc (a str.format template too, hence no braces): a
+# one-row session first, untraced, so that the first replay's one-off imports (torch's profiler,
+# tens of MiB of module objects, slow to trace) are done before tracing starts; then a plugin that
+# starts tracing Python allocations at configure, snapshots the heap when collection has finished
+# and again at the very end (terminal summary, trylast: write-back done, reports still held by the
+# terminal reporter), and compares the two by traceback.  Each traceback's growth goes to the
+# nearest frame, innermost first, in _pytest/ or perf_plugin/ ("other" when neither is among its
+# frames), so an allocation in the standard library or a dataclass __init__ counts for the code
+# that asked for it.
+TRACEMALLOC_PROBE = textwrap.dedent(
+    """
+    import gc as _tm_gc, re as _tm_re, tracemalloc as _tracemalloc
+    import pytest as _tm_pytest
+    _TM_PACKAGES = ("/_pytest/", "/perf_plugin/")
+
+    def _tm_short(filename):
+        for marker in _TM_PACKAGES:
+            if marker in filename:
+                return filename[filename.rindex(marker) + 1:]
+        return _tm_re.sub(r".*/(site-packages|python3[.][0-9]+)/", "", filename)  # installed or standard library
+
+    def _tm_group(traceback):
+        for frame in reversed(traceback):  # tracemalloc orders frames oldest first
+            for marker in _TM_PACKAGES:
+                if marker in frame.filename:
+                    return marker.strip("/") + "/*", _tm_short(frame.filename)
+        return "other", _tm_short(traceback[-1].filename)
+
+    class TracemallocProbe:
+        def __init__(self, warmup_database):
+            self.warmup_database = warmup_database
+            self.items, self.collected, self.finished = 0, None, None
+        def _snapshot(self):
+            _tm_gc.collect()  # cyclic garbage is not alive
+            return _tracemalloc.take_snapshot()
+        def pytest_configure(self, config):
+            # 10 frames: what stays is allocated within a few frames of _pytest/ or perf_plugin/
+            # code (the same figures as with 30 at 200 rows, in half the time)
+            _tracemalloc.start(10)
+        @_tm_pytest.hookimpl(trylast=True)
+        def pytest_collection_finish(self, session):
+            self.items = len(session.items)
+            self.collected = self._snapshot()
+        @_tm_pytest.hookimpl(trylast=True)
+        def pytest_terminal_summary(self, terminalreporter):
+            self.finished = self._snapshot()
+            _tracemalloc.stop()
+        def result(self):
+            groups = dict((name, dict(bytes=0, blocks=0, files=dict())) for name in ("_pytest/*", "perf_plugin/*", "other"))
+            for diff in self.finished.compare_to(self.collected, "traceback"):
+                if not diff.size_diff:
+                    continue
+                group, filename = _tm_group(diff.traceback)
+                entry = groups[group]
+                entry["bytes"] += diff.size_diff
+                entry["blocks"] += diff.count_diff
+                entry["files"][filename] = entry["files"].get(filename, 0) + diff.size_diff
+            return dict(items=self.items, groups=groups)
+
+    TRACEMALLOC = TracemallocProbe(warmup_database={warmup!r})
+    """
+)
+
 CHILD_PYTEST = GC_RECORDER + STEADY_CLOCK + textwrap.dedent(
     """
     import json, resource, sys, time
     import pytest, torch
     db, backend, repeats, out, cache_mode = sys.argv[1:6]
+    probe = globals().get("TRACEMALLOC")  # defined when TRACEMALLOC_PROBE is prepended
+    def run_pytest(database, plugins):
+        return pytest.main([{bench!r}, "--perf-database-path", database, "--perf-backend", backend,
+                            "--perf-repeat-count", repeats, "--perf-cache-mode", cache_mode,
+                            "-q", "-p", "no:cacheprovider", "--no-header", "-o", "console_output_style=classic",
+                            *{extra!r}], plugins=plugins)
+    if probe:
+        run_pytest(probe.warmup_database, [])
     GC_STATS["on"] = True
     start = time.perf_counter()
-    code = pytest.main([{bench!r}, "--perf-database-path", db, "--perf-backend", backend, "--perf-repeat-count", repeats,
-                        "--perf-cache-mode", cache_mode,
-                        "-q", "-p", "no:cacheprovider", "--no-header", "-o", "console_output_style=classic",
-                        *{extra!r}], plugins=[CLOCK])
+    code = run_pytest(db, [CLOCK] + ([probe] if probe else []))
     wall = time.perf_counter() - start
     GC_STATS["on"] = False
     peak_device = torch.cuda.max_memory_allocated() if backend == "cuda" else 0
     json.dump({{"wall": wall, "code": int(code), "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-               "device": peak_device, "gc": GC_STATS, "steady": CLOCK.result()}}, open(out, "w"))
+               "device": peak_device, "gc": GC_STATS, "steady": CLOCK.result(),
+               "tracemalloc": probe.result() if probe else None}}, open(out, "w"))
     """
 )
 
@@ -202,6 +276,23 @@ def print_gc_share(gc_seconds: dict[str, list[list[float]]], extra_cases: int, l
         print(f"  {side:8} {sum(per_generation):.3f} ({shares}); collections {'/'.join(map(str, last_counts[side]))}")
 
 
+def print_tracemalloc(traced: dict[str, Any]) -> None:
+    """Python memory alive at the end minus at collection, per row, by the code that allocated it."""
+    rows = traced["items"]
+    groups = traced["groups"]
+    print(f"tracemalloc, Python memory alive at the end minus at collection, per row ({rows} rows), grouped by "
+          "the nearest _pytest/ or perf_plugin/ frame of each allocation's traceback (after an untraced one-row "
+          "session), with the largest files:")
+    for name, group in groups.items():
+        print(f"  {name:14}{group['bytes'] / rows:>8.0f} bytes/row ({group['bytes'] / 2**20:.1f} MiB, "
+              f"{group['blocks'] / rows:+.1f} blocks/row)")
+        largest = sorted(group["files"].items(), key=lambda item: -abs(item[1]))[:4]
+        for filename, size in largest:
+            print(f"      {filename}: {size / rows:.0f} bytes/row")
+    total = sum(group["bytes"] for group in groups.values())
+    print(f"  {'all':14}{total / rows:>8.0f} bytes/row ({total / 2**20:.1f} MiB)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default="cpu", choices=("cpu", "cuda"))
@@ -216,7 +307,13 @@ def main() -> int:
                         help="pytest sides load only pytest's own plugins and the perf plugin "
                              "(PYTEST_DISABLE_PLUGIN_AUTOLOAD=1): pytest's cost without the other plugins installed here")
     parser.add_argument("--memory-only", action="store_true", help="only the pytest run: wall time, peak RSS and device memory")
+    parser.add_argument("--tracemalloc", action="store_true",
+                        help="with --memory-only: trace Python allocations and print, per row, the memory alive at the "
+                             "end minus at collection by _pytest/*, perf_plugin/* and other (tracing slows the run and "
+                             "adds to its RSS)")
     args = parser.parse_args()
+    if args.tracemalloc and not args.memory_only:
+        parser.error("--tracemalloc is used with --memory-only")
     pytest_extra = shlex.split(args.pytest_args)
     env: dict[str, str] = {}
     if args.no_plugin_autoload:
@@ -234,10 +331,18 @@ def main() -> int:
             db = scratch / "db"
             db.mkdir()
             write_database(db, args.cases)
+            if args.tracemalloc:
+                warmup = scratch / "warmup"
+                warmup.mkdir()
+                write_database(warmup, 1)
+                pytest_child = TRACEMALLOC_PROBE.format(warmup=str(warmup)) + pytest_child
             harness = run_child(pytest_child, db, args.backend, args.repeats, scratch, args.cache_mode, env)
         print(f"backend={args.backend} cases={args.cases} repeats={args.repeats} pytest wall {harness['wall']:.1f} s "
               f"({args.cases / harness['wall']:.0f} cases/s), exit code {harness['code']}")
-        print(f"peak RSS {harness['rss'] / 2**20:.0f} MiB, peak device memory {harness['device'] / 2**20:.1f} MiB")
+        print(f"peak RSS {harness['rss'] / 2**20:.0f} MiB, peak device memory {harness['device'] / 2**20:.1f} MiB"
+              f"{' (under tracemalloc: wall time and RSS include the tracing)' if args.tracemalloc else ''}")
+        if harness["tracemalloc"] is not None:
+            print_tracemalloc(harness["tracemalloc"])
         return 0
     half = args.cases // 2
     walls: dict[str, list[float]] = {"bare": [], "pytest": [], "bare_half": [], "pytest_half": [], "empty": [], "empty_half": []}
