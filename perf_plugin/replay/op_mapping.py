@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.file_kind import SNIFF_BYTES, FileKind, classify
 from perf_plugin.replay.base import OpReplay
 from perf_plugin.replay.registry import KernelCatalog, catalog
 
@@ -33,8 +34,15 @@ def _read_yaml(path: Path) -> Any:
     import yaml
 
     try:
-        with path.open(encoding="utf-8") as handle:
-            return yaml.safe_load(handle)
+        data = path.read_bytes()
+        if classify(data[:SNIFF_BYTES], len(data)) is FileKind.LFS_POINTER:  # YAML would read it as one string
+            raise DatabaseError(
+                f"is a Git LFS pointer, not the {OP_MAPPING_FILE}: run `git lfs pull` in the database's repository",
+                path=path,
+            )
+        return yaml.safe_load(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DatabaseError(f"not UTF-8 text (byte {exc.start})", path=path) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -90,3 +98,35 @@ def replay_lookup_for(
         return kernels.replay(replay_type(kernel_type))
 
     return lookup, replay_type
+
+
+def missing_replay_reason(directory: Path, kernel_type: str, kernels: KernelCatalog | None = None) -> str:
+    """Why rows of ``kernel_type`` have no replay, as ``op_mapping.yaml`` tells it.
+
+    Names where the file mentions the kernel type (as a primary, an alternate, a Profiling-only
+    placeholder) and why none of those gives it a replay, or that the file does not name it.
+    """
+    kernels = catalog() if kernels is None else kernels
+    path = Path(directory) / OP_MAPPING_FILE
+    base = f"no replay for kernel type {kernel_type}"
+    if not path.exists():
+        return f"{base}, and the database has no {OP_MAPPING_FILE} to route it to another kernel type's replay"
+    document = _read_yaml(path)
+    mappings = document.get("operator_mappings") if isinstance(document, dict) else None
+    mentions = []
+    for op_name, mapping in (mappings or {}).items() if isinstance(mappings, dict) else ():
+        if not isinstance(mapping, dict):
+            continue
+        primary = mapping.get("kernel_type")
+        alternates = mapping.get("alternate_kernel_types") or []
+        if str(op_name).startswith(PLACEHOLDER_PREFIX) and primary == kernel_type:
+            mentions.append(f"{op_name} (a Profiling-only placeholder: no API to call)")
+        elif primary == kernel_type:
+            mentions.append(f"{op_name} (its primary kernel type)")
+        elif isinstance(alternates, list) and kernel_type in alternates:
+            replayed = isinstance(primary, str) and kernels.replay(primary) is not None
+            why = "another API launches it too" if replayed else f"{primary} has no replay either"
+            mentions.append(f"{op_name} (an alternate of {primary}; {why})")
+    if not mentions:
+        return f"{base}, and {OP_MAPPING_FILE} names it in no mapping"
+    return f"{base}; {OP_MAPPING_FILE} names it in " + ", ".join(mentions)

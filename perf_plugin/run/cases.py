@@ -40,6 +40,7 @@ from perf_plugin.database.schema import (
 from perf_plugin.database.signature import signature_text
 from perf_plugin.database.table import CsvTable
 from perf_plugin.replay.base import CaseBuildError, OpReplay
+from perf_plugin.replay.op_mapping import missing_replay_reason
 from perf_plugin.replay.registry import signature_of
 from perf_plugin.replay.tensors import KernelRow, kernel_row_from_cells
 from perf_plugin.results import CaseRef
@@ -246,6 +247,7 @@ def load_case_set(
             if note is not None:
                 result.messages.append(note)
         replay = replay_lookup(kernel_type)
+        missing = missing_replay_reason(directory, kernel_type) if replay is None else ""  # once per file
         seen: dict[str, int] = {}
         for index in range(len(table)):
             if table.is_blank(index):
@@ -256,6 +258,8 @@ def load_case_set(
                 case = dataclasses.replace(case, ref=dataclasses.replace(case.ref, case_id=f"{base_id}#{seen[base_id]}"))
             if replay is not None:
                 case = dataclasses.replace(case, replay_kernel_type=replay_type(kernel_type))
+            elif case.status == STATUS_NO_REPLAY:
+                case = dataclasses.replace(case, reason=missing)
             result.cases.append(case)
     if unusable:
         raise one_error(unusable)
