@@ -24,6 +24,7 @@ from pathlib import Path
 
 from perf_plugin.database.kernel_breakdown import format_breakdown
 from perf_plugin.database.lock import database_lock
+from perf_plugin.database.quarantine import set_aside
 from perf_plugin.database.schema import (
     IDENTITY_COLUMNS,
     MICROBENCH_AVERAGE,
@@ -51,10 +52,6 @@ from perf_plugin.results import (
     QuarantinedRow,
     SampleStats,
 )
-
-QUARANTINE_SUFFIX = ".quarantine.csv"
-QUARANTINE_REASON = "Quarantine Reason"
-QUARANTINE_TIME = "Quarantine Timestamp"
 
 
 @dataclass(frozen=True)
@@ -101,22 +98,6 @@ def _comparable_kernels(table: CsvTable, row: int) -> tuple[str, str]:
 def _prepare_columns(table: CsvTable) -> None:
     ensure_microbench_average_column(table)
     ensure_added_columns(table)
-
-
-def _quarantine(
-    directory: Path, csv_file: str, table: CsvTable, rows: list[tuple[int, str]], timestamp: str
-) -> None:
-    path = directory / (Path(csv_file).stem + QUARANTINE_SUFFIX)
-    quarantine = CsvTable.read(path) if path.exists() else CsvTable.new(table.header, table.newline)
-    for column in (QUARANTINE_REASON, QUARANTINE_TIME):
-        if not quarantine.has_column(column):
-            quarantine.insert_column(column)
-    for index, reason in rows:
-        values = table.row_dict(index)
-        values[QUARANTINE_REASON] = reason
-        values[QUARANTINE_TIME] = timestamp
-        quarantine.append_row(values)
-    quarantine.write(path)
 
 
 def write_back(
@@ -171,7 +152,7 @@ def _write_file(
 
     doomed = _rows_to_quarantine(table, quarantined, touched, row_key)
     if doomed:
-        _quarantine(request.directory, csv_file, table, doomed, request.timestamp)
+        set_aside(request.directory, csv_file, table, doomed, request.timestamp)
         summary.rows_quarantined = len(doomed)
     gaps = [_gap_row(table, csv_file, i, row_key(i)) for i in sorted(touched)]
 
