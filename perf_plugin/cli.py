@@ -18,6 +18,7 @@ from perf_plugin.usage import UsageError
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "perf_plugin.ingest.command",
+    "perf_plugin.ingest.fia_runtime_command",
     "perf_plugin.grid.command",
     "perf_plugin.comm.command",
     "perf_plugin.comm.upgrade_command",
