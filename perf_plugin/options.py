@@ -150,6 +150,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec("lock-timeout", "seconds to wait for another session's database lock", 60.0, float),
     OptionSpec(
+        "case-ids-file",
+        "replay only the cases whose ids this file lists, one a line (how a run re-measures the cases a "
+        "crashed xdist worker took with it)",
+    ),
+    OptionSpec(
         "replay-log-capture",
         "pytest's per-test log capture in runs of replay cases only: auto (off unless a --log-* option or "
         "ini key asks for logging; it costs ~0.35 ms per case), on (always kept)",
@@ -221,6 +226,7 @@ class Settings:
     repeat_markers: bool
     lock_timeout: float
     replay_log_capture: str
+    case_ids_file: Path | None = None
 
 
 def _raw_value(config: pytest.Config, spec: OptionSpec) -> tuple[Any, str] | None:
@@ -255,7 +261,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
         values[spec.field] = value
     root = values["database_root"]
     values["database_root"] = Path(root) if root else Path(config.rootpath) / "database" / "data"
-    for key in ("database_path", "prof_path"):
+    for key in ("database_path", "prof_path", "case_ids_file"):
         if values[key]:
             values[key] = Path(values[key])
     for spec in OPTIONS:

@@ -23,6 +23,7 @@ from perf_plugin.run.controller_hooks import (
     ControllerHooks,
     case_of,
 )
+from perf_plugin.run.crash_hooks import CrashHooks
 from perf_plugin.run.heap import freeze_heap, thaw_heap
 from perf_plugin.run.location import DeviceIdentity
 from perf_plugin.run.setup import (
@@ -63,6 +64,9 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     return result
 
 
+CRASH_HOOKS = "perf-crashes"
+
+
 # ----------------------------------------------------------------------------- configure
 def pytest_configure(config: pytest.Config) -> None:
     """Both: markers and settings.  The device is identified (which imports torch) only once a run
@@ -76,6 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # (cleanups run last in, first out), which then skip the frozen heap.
     config.add_cleanup(lambda: thaw_heap(config))
     settings = options.resolve_settings(config)
+    config.pluginmanager.register(CrashHooks(config), CRASH_HOOKS)
     if is_worker(config):
         workerinput = config.workerinput  # type: ignore[attr-defined]
         if "perf_backend" in workerinput:
@@ -271,6 +276,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     command = ["pytest", *config.invocation_params.args]
     outcome = finish_run(state, collect_only=bool(config.option.collectonly), command=command)
     state.notes.extend(outcome.lines)
+    crashes = config.pluginmanager.get_plugin(CRASH_HOOKS)
+    if crashes is not None:
+        crashes.rerun_lost(session)  # after write-back: the re-run session writes its own rows
     if outcome.summary is not None:
         config.hook.pytest_perf_run_finished(config=config, summary=outcome.summary, notes=state.notes)
     if outcome.coverage_failed or outcome.writeback_failed:
