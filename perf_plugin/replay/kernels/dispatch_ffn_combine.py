@@ -38,13 +38,21 @@ of ``EP Size`` ranks (world size 1 for EP Size 1).  Passed unreplaced, the opera
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.signature import SignatureRule
 from perf_plugin.replay.api_call import ApiCall
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.kernels._grouped_gemm import Groups, can_fuse, grouped_mm, maybe_nz, weight_shape
+from perf_plugin.replay.kernels._dfc_probe import DfcShape, dfc_blocker, hccl_window_mb
+from perf_plugin.replay.kernels._grouped_gemm import (
+    Groups,
+    can_fuse,
+    grouped_mm,
+    maybe_nz,
+    weight_shape,
+)
 from perf_plugin.replay.kernels.moe_routing import draw_top_k_ids, permute_order
 from perf_plugin.replay.tensors import KernelRow, TensorSpec, shape_text
 
@@ -52,6 +60,7 @@ if TYPE_CHECKING:
     import torch
 
 EP_SIZE_COLUMN = "EP Size"
+SINGLE_PROCESS_EP = 1  # the EP group a single-process run can form
 INT8_BOUND = 8  # |w| < 8: GEMM partial sums stay integers below 2**24, exact in float32
 QUANT_PARAM_BIT = 1 << 46  # npu_trans_quant_param's flag bit above the float32 payload
 QUANT_PARAM_MASK = 0xFFFFE000  # the hardware reads the top 19 bits of the float32
@@ -144,14 +153,10 @@ class DispatchFFNCombineReplay(OpReplay):
                 )
         self._check_dtypes(row, e)
         size = ep_size(row)
-        if size > 1:
-            raise CaseBuildError(
-                f"{row.kernel_type} {EP_SIZE_COLUMN} {size}: the kernel dispatches tokens to {size} ranks over HCCL, "
-                f"which needs {size} processes (torchrun --nproc_per_node={size}) sharing an HCCL process group; "
-                "a single-process run can replay EP Size 1 only"
-            )
-        if k > e * size:
-            raise CaseBuildError(f"{row.kernel_type} top-k {k} exceeds the {e * size} experts")
+        # One process here: an EP group of one rank (the probe says what else a row needs).
+        blocker = dfc_blocker(DfcShape(m, h, k, e, size), SINGLE_PROCESS_EP, hccl_window_mb(os.environ))
+        if blocker is not None:
+            raise CaseBuildError(f"{row.kernel_type} {blocker}")
         return DfcPlan(m, h, n1 // 2, e, k, size)
 
     @staticmethod
