@@ -14,7 +14,7 @@ import pytest
 from perf_plugin import options
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.replay.cache_modes import effective_cache_mode
-from perf_plugin.results import CaseResult
+from perf_plugin.run.benchmark_hooks import BenchmarkBridge
 from perf_plugin.run.controller_hooks import (
     CASE_FIXTURE,
     CASE_PROPERTY,
@@ -92,6 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     config.stash[SETTINGS] = settings
     config.pluginmanager.register(ControllerHooks(config), "perf-controller")
+    config.pluginmanager.register(BenchmarkBridge(config), "perf-benchmark-bridge")
     if may_run_msprof(settings):
         state = ensure_run_state(config)
         from perf_plugin.profiling.msprof import external_mode
@@ -255,11 +256,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = config.stash.get(RUN_STATE, None)
     if state is None:
         return
-    remaining: list[CaseResult] = []
-    if state.tester is not None:
-        remaining = list(state.tester.outbox)
-        state.tester.outbox.clear()
-        remaining.extend(state.tester.collector.finish())
+    remaining = state.tester.take_remaining() if state.tester is not None else []
     if is_worker(config):
         config.workeroutput[RESULTS_PROPERTY] = json.dumps([r.to_json() for r in remaining])  # type: ignore[attr-defined]
         return

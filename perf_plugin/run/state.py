@@ -83,6 +83,7 @@ class TesterState:
     collector: "Collector"
     outbox: list[CaseResult] = field(default_factory=list)  # failures, sent with the next report
     heap_refrozen: bool = False  # the heap was frozen again after the first replay (run.heap)
+    collector_finished: bool = False  # the collector was flushed for good (take_remaining)
 
     def take_finished(self) -> list[CaseResult]:
         """Results ready to report: the outbox and what the collector finished measuring."""
@@ -90,6 +91,19 @@ class TesterState:
         self.outbox.clear()
         finished.extend(self.collector.drain())
         return finished
+
+    def take_remaining(self) -> list[CaseResult]:
+        """Everything not reported yet, the collector flushed for good (end of the session).
+
+        The collector is finished once: a second call (the pytest-benchmark bridge takes the
+        results before write-back does) gets only what reached the outbox since.
+        """
+        remaining = list(self.outbox)
+        self.outbox.clear()
+        if not self.collector_finished:
+            self.collector_finished = True
+            remaining.extend(self.collector.finish())
+        return remaining
 
 
 @dataclass
