@@ -150,6 +150,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec("lock-timeout", "seconds to wait for another session's database lock", 60.0, float),
     OptionSpec(
+        "isolate",
+        "run the cases in a child process (one pytest-xdist worker) that is replaced when a case takes it "
+        "down, so that a crash costs only that case (with -n N the workers already are such processes)",
+        False,
+        _bool,
+        flag=True,
+    ),
+    OptionSpec(
         "case-ids-file",
         "replay only the cases whose ids this file lists, one a line (how a run re-measures the cases a "
         "crashed xdist worker took with it)",
@@ -227,6 +235,7 @@ class Settings:
     lock_timeout: float
     replay_log_capture: str
     case_ids_file: Path | None = None
+    isolate: bool = False
 
 
 def _raw_value(config: pytest.Config, spec: OptionSpec) -> tuple[Any, str] | None:

@@ -23,7 +23,7 @@ from perf_plugin.run.controller_hooks import (
     ControllerHooks,
     case_of,
 )
-from perf_plugin.run.crash_hooks import CrashHooks
+from perf_plugin.run.crash_hooks import CrashHooks, isolate_in_worker
 from perf_plugin.run.heap import freeze_heap, thaw_heap
 from perf_plugin.run.location import DeviceIdentity
 from perf_plugin.run.setup import (
@@ -65,6 +65,13 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 
 CRASH_HOOKS = "perf-crashes"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Controller: ``--perf-isolate`` runs the cases in one xdist worker, replaced when a case
+    takes it down."""
+    isolate_in_worker(config)
 
 
 # ----------------------------------------------------------------------------- configure

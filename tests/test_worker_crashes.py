@@ -124,3 +124,17 @@ def test_lost_cases_are_the_passed_ones_without_a_result(tmp_path: Path) -> None
     assert read_case_ids(ids) == {"a", "b"}
     with pytest.raises(ValueError, match="cannot read the case ids file"):
         read_case_ids(tmp_path / "none")
+
+
+def test_isolate_without_xdist_runs_the_cases_in_a_worker_that_a_crash_costs_only_its_case(
+    pytester: pytest.Pytester,
+) -> None:
+    db = _project(pytester)
+    result = pytester.runpytest_subprocess(
+        "--perf-database-path", str(db), "--perf-isolate", "-p", "no:cacheprovider", "--perf-repeat-count", "3",
+        "--perf-warmup-count", "1", timeout=240,
+    )
+    result.assert_outcomes(passed=len(ROWS) - 2, failed=2)
+    result.stdout.fnmatch_lines(["*crashed while running*Fatal Python error*"])
+    durations = _durations(db)
+    assert all(float(durations[str(n)]) > 0 for n in ROWS if n not in (13, 17))

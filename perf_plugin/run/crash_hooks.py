@@ -27,6 +27,25 @@ from perf_plugin.run.crashes import (
 from perf_plugin.run.state import RUN_STATE, CaseRecord, RunState
 
 
+def isolate_in_worker(config: pytest.Config) -> bool:
+    """``--perf-isolate`` without ``-n``: one xdist worker runs the cases, so a case that takes its
+    process down is recorded and the worker replaced (xdist's ``--max-worker-restart``), as with
+    ``-n N``.  Called before xdist reads its options (or after: both outcomes are set here)."""
+    from perf_plugin.options import resolve_settings
+
+    if not resolve_settings(config).isolate or config.getoption("numprocesses", None) or is_xdist_worker(config):
+        return False
+    config.option.numprocesses = 1
+    if getattr(config.option, "dist", "no") == "no":
+        config.option.dist = "load"
+    config.option.tx = ["popen"]
+    return True
+
+
+def is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
 def _case_by_param_id(state: RunState, config: pytest.Config, nodeid: str) -> Any:
     """The case of ``nodeid`` (``...[<case id>]``), reading the database here if no test did."""
     from perf_plugin.run.cases import collect_case_set
