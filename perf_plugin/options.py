@@ -158,6 +158,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
         flag=True,
     ),
     OptionSpec(
+        "shard",
+        "replay shard I of N (I from 0: every N-th replay case from the I-th, in database order), for "
+        "schedulers that start one pytest per host; under torchrun the ranks shard themselves",
+    ),
+    OptionSpec(
         "case-ids-file",
         "replay only the cases whose ids this file lists, one a line (how a run re-measures the cases a "
         "crashed xdist worker took with it)",
@@ -236,6 +241,7 @@ class Settings:
     replay_log_capture: str
     case_ids_file: Path | None = None
     isolate: bool = False
+    shard: str | None = None
 
 
 def _raw_value(config: pytest.Config, spec: OptionSpec) -> tuple[Any, str] | None:

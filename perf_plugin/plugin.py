@@ -25,6 +25,7 @@ from perf_plugin.run.controller_hooks import (
 )
 from perf_plugin.run.crash_hooks import CrashHooks, isolate_in_worker
 from perf_plugin.run.heap import freeze_heap, thaw_heap
+from perf_plugin.run.shard_hooks import ShardHooks
 from perf_plugin.run.location import DeviceIdentity
 from perf_plugin.run.setup import (
     CONFIG_ERROR,
@@ -65,6 +66,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 
 CRASH_HOOKS = "perf-crashes"
+SHARD_HOOKS = "perf-shards"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -88,6 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(lambda: thaw_heap(config))
     settings = options.resolve_settings(config)
     config.pluginmanager.register(CrashHooks(config), CRASH_HOOKS)
+    config.pluginmanager.register(ShardHooks(config, settings.shard), SHARD_HOOKS)
     if is_worker(config):
         workerinput = config.workerinput  # type: ignore[attr-defined]
         if "perf_backend" in workerinput:
@@ -210,11 +213,14 @@ def perf_runner():  # type: ignore[no-untyped-def]
     from perf_plugin.profiling.factory import make_collector
     from perf_plugin.run.executor import CaseExecutor
     from perf_plugin.run.runner import ReplayRunner
+    from perf_plugin.run.shards import local_device_index
 
     config = _ACTIVE_CONFIGS[-1]
     state = config.stash[RUN_STATE]
     settings = state.settings
-    backend = resolve_backend(state.backend_name, ascend_device=settings.device)
+    backend = resolve_backend(state.backend_name, local_device_index(), ascend_device=settings.device)
+    if backend.index:
+        backend.bind()  # a torchrun rank's own device becomes the current one (markers launch there)
     custom = config.hook.pytest_perf_make_collector(backend=backend, settings=settings)
     collector = custom if custom is not None else make_collector(backend, settings)
     state.tester = TesterState(backend, collector)
@@ -277,6 +283,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     from perf_plugin.run.controller import finish_run
 
+    shards = config.pluginmanager.get_plugin(SHARD_HOOKS)
+    if shards is not None and not shards.writes_here(state):  # a torchrun rank other than 0
+        state.notes.append("this rank's results went to rank 0, which writes the database and the reports")
+        return
     command = ["pytest", *config.invocation_params.args]
     outcome = finish_run(state, collect_only=bool(config.option.collectonly), command=command)
     state.notes.extend(outcome.lines)

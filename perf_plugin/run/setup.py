@@ -35,7 +35,9 @@ def is_worker(config: pytest.Config) -> bool:
 def identify_device(settings: options.Settings) -> DeviceIdentity:
     from perf_plugin.backends.select import resolve_backend
 
-    backend = resolve_backend(settings.backend, ascend_device=settings.device)
+    from perf_plugin.run.shards import local_device_index
+
+    backend = resolve_backend(settings.backend, local_device_index(), ascend_device=settings.device)
     version = backend.accelerator_version()
     return DeviceIdentity(backend.name, backend.device_name(), version[1] if version else None)
 
