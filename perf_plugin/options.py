@@ -158,6 +158,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
         flag=True,
     ),
     OptionSpec(
+        "progress-interval",
+        "seconds between progress lines (tests done of total, rate, ETA, per xdist worker); 0: none",
+        30.0,
+        float,
+    ),
+    OptionSpec(
         "shard",
         "replay shard I of N (I from 0: every N-th replay case from the I-th, in database order), for "
         "schedulers that start one pytest per host; under torchrun the ranks shard themselves",
@@ -242,6 +248,7 @@ class Settings:
     case_ids_file: Path | None = None
     isolate: bool = False
     shard: str | None = None
+    progress_interval: float = 30.0
 
 
 def _raw_value(config: pytest.Config, spec: OptionSpec) -> tuple[Any, str] | None:

@@ -27,6 +27,7 @@ from perf_plugin.run.crash_hooks import CrashHooks, isolate_in_worker
 from perf_plugin.run.heap import freeze_heap, thaw_heap
 from perf_plugin.run.shard_hooks import ShardHooks
 from perf_plugin.run.location import DeviceIdentity
+from perf_plugin.run.progress import ProgressHooks
 from perf_plugin.run.setup import (
     CONFIG_ERROR,
     SETTINGS,
@@ -102,6 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     config.stash[SETTINGS] = settings
     config.pluginmanager.register(ControllerHooks(config), "perf-controller")
+    config.pluginmanager.register(ProgressHooks(config, settings.progress_interval), "perf-progress")
     config.pluginmanager.register(BenchmarkBridge(config), "perf-benchmark-bridge")
     if may_run_msprof(settings):
         state = ensure_run_state(config)
