@@ -23,6 +23,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "perf_plugin.comm.command",
     "perf_plugin.comm.upgrade_command",
     "perf_plugin.database.command",
+    "perf_plugin.run.resume_command",
 )
 
 

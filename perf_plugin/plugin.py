@@ -119,6 +119,7 @@ def pytest_configure_node(node) -> None:  # type: ignore[no-untyped-def]
     state = ensure_run_state(node.config)
     if state is None:
         return
+    _begin_run(node.config)  # before the first worker collects: missing-only sees recovered rows
     node.workerinput["perf_backend"] = state.backend_name
     node.workerinput["perf_device_name"] = state.device_name
     node.workerinput["perf_device_count"] = device_count(state.backend_name)
@@ -144,6 +145,13 @@ def pytest_runtestloop(session: pytest.Session) -> None:
 
 
 # ----------------------------------------------------------------------------- collection
+def _begin_run(config: pytest.Config) -> None:
+    """Controller, before collection: unfinished runs' journals written back, this run's opened."""
+    from perf_plugin.run.recovery import begin_run
+
+    begin_run(config, config.stash[RUN_STATE], ["pytest", *config.invocation_params.args])
+
+
 def _collection_error(message: str) -> Exception:
     """A database problem found while parametrizing: shown as the collection error's one line.
 
@@ -165,6 +173,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     from perf_plugin.run.cases import as_params, collect_case_set
 
     freeze_heap(metafunc.config)
+    _begin_run(metafunc.config)
     if state.case_set is None:
         try:
             answers = metafunc.config.hook.pytest_perf_replay_modules(config=metafunc.config)
@@ -275,8 +284,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if is_worker(config):
         config.workeroutput[RESULTS_PROPERTY] = json.dumps([r.to_json() for r in remaining])  # type: ignore[attr-defined]
         return
-    for result in remaining:
-        state.control.add_result(result)
+    state.control.add_results(remaining)
     from perf_plugin.profiling.msprof import is_msprof_child
     from perf_plugin.run.msprof_launch import write_child_report
 

@@ -37,6 +37,7 @@ from perf_plugin.run.coverage import (
     format_coverage,
     overall_fraction,
 )
+from perf_plugin.run.recovery import settle_journal
 from perf_plugin.run.state import RunState
 from perf_plugin.run.writeback import WritebackRequest, write_back
 
@@ -140,6 +141,7 @@ def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None
             outcome.coverage_failed = True
             outcome.lines.extend(format_coverage(table, collect_only))
     if collect_only or not records:
+        outcome.lines.extend(settle_journal(state.control, written=False))
         return outcome
 
     summary = build_summary(state, command or sys.argv)
@@ -164,6 +166,7 @@ def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None
             outcome.lines.append(f"write-back failed, database left as it was: {exc}")
             files, gaps = [], []
         summary.files, summary.gaps = files, gaps
+        outcome.lines.extend(settle_journal(state.control, written=not outcome.writeback_failed))
         written = [f for f in files if f.written]
         outcome.lines.append(
             f"write-back ({state.settings.update_mode}): {len(written)} file(s) written, "

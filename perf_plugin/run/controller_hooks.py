@@ -66,8 +66,8 @@ class ControllerHooks:
                 outcome = "failed"
             record = CaseRecord.from_json(properties[CASE_PROPERTY])
             state.control.records[report.nodeid] = dataclasses.replace(record, outcome=outcome)
-        for data in properties.get(RESULTS_PROPERTY, []):
-            state.control.add_result(CaseResult.from_json(data))
+        if RESULTS_PROPERTY in properties:  # one batch: journaled in one write
+            state.control.add_results(CaseResult.from_json(data) for data in properties[RESULTS_PROPERTY])
         for note in properties.get(NOTES_PROPERTY, []):
             if note not in state.notes:
                 state.notes.append(note)
@@ -105,8 +105,7 @@ class ControllerHooks:
         except msprof.MsprofError as exc:
             raise pytest.UsageError(str(exc)) from None
         state.control.records.update(outcome.records)
-        for result in outcome.results:
-            state.control.add_result(result)
+        state.control.add_results(outcome.results)
         state.control.workers = max(state.control.workers, outcome.workers)
         state.notes.extend(outcome.notes)
         session.testsfailed = outcome.failed
@@ -119,8 +118,7 @@ class ControllerHooks:
         state = self.state
         if not payload or state is None:
             return
-        for data in json.loads(payload):
-            state.control.add_result(CaseResult.from_json(data))
+        state.control.add_results(CaseResult.from_json(data) for data in json.loads(payload))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """With --collect-only the selected cases are the records (nothing runs)."""

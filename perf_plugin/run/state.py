@@ -11,6 +11,7 @@ reported (``TesterState``, created by the session fixture when the first case ru
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +20,13 @@ import pytest
 from perf_plugin.database.paths import DatabaseLocation
 from perf_plugin.options import Settings
 from perf_plugin.results import CaseRef, CaseResult
+from perf_plugin.run.interrupt import signals_deferred
 
 if TYPE_CHECKING:
     from perf_plugin.backends.base import Backend
     from perf_plugin.profiling.collector import Collector
     from perf_plugin.run.cases import CaseSet
+    from perf_plugin.run.journal import RunJournal
 
 
 @dataclass(frozen=True)
@@ -66,13 +69,24 @@ class ControllerState:
     records: dict[str, CaseRecord] = field(default_factory=dict)  # by node id
     results: dict[str, CaseResult] = field(default_factory=dict)  # by case id
     workers: int = 0  # xdist workers (or msprof child workers) that ran cases
+    journal: "RunJournal | None" = None  # every result on disk as it arrives (run.journal)
+    journal_checked: bool = False  # run.recovery.begin_run ran (a run without a journal too)
 
     def add_result(self, result: CaseResult) -> None:
-        """Keep a case's result; a later duration-less result never replaces a failure."""
-        previous = self.results.get(result.ref.case_id)
-        if previous is not None and previous.outcome == "failed" and not result.has_duration:
-            return
-        self.results[result.ref.case_id] = result
+        self.add_results((result,))
+
+    def add_results(self, results: Iterable[CaseResult]) -> None:
+        """Keep a batch of results (journaled first, in one write); a later duration-less result
+        never replaces a failure."""
+        with signals_deferred():  # a signal between the two would lose a journaled result
+            batch = list(results)
+            if self.journal is not None:
+                self.journal.append(batch)
+            for result in batch:
+                previous = self.results.get(result.ref.case_id)
+                if previous is not None and previous.outcome == "failed" and not result.has_duration:
+                    continue
+                self.results[result.ref.case_id] = result
 
 
 @dataclass

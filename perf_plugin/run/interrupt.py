@@ -1,0 +1,80 @@
+"""SIGTERM ends a run the way Ctrl-C does, so what was measured is written back.
+
+pytest turns SIGINT into ``KeyboardInterrupt``: the session stops, ``pytest_sessionfinish``
+still runs (exit status ``INTERRUPTED``) and write-back writes what was measured.  SIGTERM (a
+job scheduler's time limit, ``kill``, a container stopping) would end the process at once; here
+it raises ``KeyboardInterrupt`` instead, once: a second SIGTERM ends the process as usual (the
+run's journal keeps what the first shutdown had not written yet).
+
+Installed only on the controller of a run of replay cases, only from the main thread and only
+where nobody else handles SIGTERM; removed when the run ends.
+
+``signals_deferred`` holds SIGINT and SIGTERM back for a few statements that must not be cut in
+two: the controller taking a batch of results into its journal and its memory, so that a result
+the journal holds is one write-back writes (the journal is removed after write-back).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+import pytest
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the next one ends the process
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def sigterm_as_interrupt(config: pytest.Config) -> bool:
+    """Install the handler for this run; False where it is not ours to install."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return False
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+    def restore() -> None:
+        if signal.getsignal(signal.SIGTERM) is _raise_interrupt:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    config.add_cleanup(restore)
+    return True
+
+
+_DEFERRED = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive inside the block are handled when it ends.
+
+    Blocking them with ``pthread_sigmask`` would not do: torch's threads leave them unblocked,
+    and Python runs its handler in the main thread whichever thread the kernel picked.  The
+    handlers are swapped for one that notes the signal instead (a few microseconds).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        caught.append(signum)
+
+    previous = {number: signal.signal(number, hold) for number in _DEFERRED}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for signum in caught:
+            handler = previous[signal.Signals(signum)]
+            if callable(handler):
+                handler(signum, None)  # Python's SIGINT handler raises KeyboardInterrupt, as ours does
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
