@@ -15,6 +15,7 @@ import csv
 import json
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -219,18 +220,15 @@ def test_only_passed_cases_with_samples_and_a_test_become_benchmarks() -> None:
 
 
 def test_an_entry_holds_the_samples_in_seconds_and_is_added_once() -> None:
-    class Session:
-        benchmarks: list[object] = []
-
     refs = {"t.py::test[MatMulV2-x]": _ref("MatMulV2-x", "MatMulV2", 7)}
     results = [CaseResult(refs["t.py::test[MatMulV2-x]"], "passed", backend="cuda", samples_us=(2.0, 4.0, 6.0),
                           reported_kernel_type="MatMulV3")]
     options = benchmark_bridge.timing_options("cuda", 3, 1, "rotate")
-    session = Session()
+    session = SimpleNamespace(benchmarks=[])  # what the bridge reads of pytest-benchmark's session
     assert benchmark_bridge.add_benchmarks(session, results, refs, device_name="H100", options=options) == 1
     assert benchmark_bridge.add_benchmarks(session, results, refs, device_name="H100", options=options) == 0
     (entry,) = session.benchmarks
-    flat = entry.as_dict(include_data=True)  # type: ignore[attr-defined]
+    flat = entry.as_dict(include_data=True)
     assert flat["name"] == "test[MatMulV2-x]" and flat["fullname"] == "t.py::test[MatMulV2-x]"
     assert flat["group"] == "MatMulV2" and flat["param"] == "MatMulV2-x"
     assert flat["stats"]["data"] == pytest.approx([2e-6, 4e-6, 6e-6])
