@@ -412,3 +412,14 @@ def test_heap_is_frozen_during_the_replays_and_thawed_after(pytester: pytest.Pyt
     seen = [int(n) for n in (pytester.path / "frozen.txt").read_text().split(",")]
     assert len(seen) == 3 and all(n > before for n in seen)  # long-lived objects exempt from collection
     assert gc.get_freeze_count() == before == 0  # thawed when the run ends
+
+
+def test_rows_sharing_a_signature_each_get_their_own_cases_duration(pytester: pytest.Pytester, project: Path) -> None:
+    # the same M, K, N with the weight transposed or not: one signature, two rows, two cases
+    transposed = 'dynamic,AI_CORE,"""32,64;16,64""",FLOAT;FLOAT,ND;ND,"""32,16""",FLOAT,ND'
+    write_csv(project / "MatMulV2.csv", HEADER, [MATMUL_ROWS[0], transposed])
+    run(pytester, project, "-k", "MatMulV2").assert_outcomes(passed=2)
+    (report,) = (project / "reports").glob("run_report_*.json")
+    means = {r["row_line"]: r["stats"]["mean_us"] for r in json.loads(report.read_text())["results"]}
+    written = {i + 2: float(r["Average Duration(us)"]) for i, r in enumerate(read_rows(project / "MatMulV2.csv"))}
+    assert written == pytest.approx({line: means[line] for line in written}, abs=1e-3)

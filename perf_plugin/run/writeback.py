@@ -186,6 +186,10 @@ def _apply_results(
     columns_ready = False
     for result in results:
         rows = index.get(result.ref.signature_key, [])
+        # Rows that share a signature (a MatMul with the weight transposed or not: one M, K, N) are
+        # each measured by their own case: a case's result goes to its own row, not to all of them.
+        own = [r for r in rows if _target_file(result) == result.ref.csv_file and table.line_of(r) == result.ref.row_line]
+        rows = own or rows
         if request.update_mode == "missing-only":
             rows = [r for r in rows if not row_has_valid_duration(table, r) or r in touched]
         if not rows:
