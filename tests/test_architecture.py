@@ -7,7 +7,7 @@ The layers, bottom first (a module may import its own layer and the ones below):
 1. ``trace``, ``backends``: trace records, what differs between devices;
 2. ``replay``: kernel types and their replays;
 3. ``options``, ``ingest``, ``profiling``, ``grid``, ``report``: what reads and writes the database;
-4. ``run``, ``comm``: the session machinery;
+4. ``run``, ``comm``, ``candidates``: the session machinery, and candidate kernels judged in it;
 5. ``plugin``, ``hookspecs``, ``cli``: the entry points.
 
 The ``python -m perf_plugin.ingest`` and ``python -m perf_plugin.grid`` shims call the CLI, the one
@@ -26,7 +26,7 @@ LAYER = {
     "trace": 1, "backends": 1,
     "replay": 2,
     "options": 3, "ingest": 3, "profiling": 3, "grid": 3, "report": 3,
-    "run": 4, "comm": 4,
+    "run": 4, "comm": 4, "candidates": 4,
     "plugin": 5, "hookspecs": 5, "cli": 5,
 }
 ENTRY_SHIMS = {"perf_plugin/ingest/__main__.py", "perf_plugin/grid/__main__.py"}
