@@ -295,6 +295,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     shards = config.pluginmanager.get_plugin(SHARD_HOOKS)
     if shards is not None and not shards.writes_here(state):  # a torchrun rank other than 0
+        from perf_plugin.run.recovery import settle_journal
+
+        # rank 0 journals them now: this rank's journal would only write them a second time
+        state.notes.extend(settle_journal(state.control, written=True))
         state.notes.append("this rank's results went to rank 0, which writes the database and the reports")
         return
     command = ["pytest", *config.invocation_params.args]

@@ -4,6 +4,7 @@ machine gathered to rank 0, which alone writes the database and the reports."""
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 import subprocess
 import sys
@@ -83,7 +84,7 @@ def test_torchrun_on_two_nodes_of_two_ranks_gathers_to_rank_zero(tmp_path: Path)
         subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
              "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
-             *_pytest(db)[0:]],
+             *_pytest(db, "--benchmark-json", str(tmp_path / "bench.json"))],
             cwd=tmp_path, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         for node in (0, 1)
@@ -94,3 +95,5 @@ def test_torchrun_on_two_nodes_of_two_ranks_gathers_to_rank_zero(tmp_path: Path)
     assert len(list((db / "reports").glob("run_report_*.json"))) == 1  # written once, by rank 0
     assert outputs[0].count("write-back (all): 2 file(s) written, 8 rows updated") == 1
     assert outputs[1].count("went to rank 0") == 2
+    # pytest-benchmark gets every rank's cases, from rank 0 alone
+    assert len(json.loads((tmp_path / "bench.json").read_text())["benchmarks"]) == len(SIZES) + 1

@@ -51,6 +51,9 @@ def feed_benchmark_session(config: pytest.Config) -> int:
     if is_msprof_child():  # the session under msprof measures nothing itself: its parent gives them
         return 0
     take_pending_results(state)
+    shards = config.pluginmanager.get_plugin("perf-shards")
+    if shards is not None and not shards.writes_here(state):  # a torchrun rank: rank 0 holds them all now
+        return 0
     settings = state.settings
     return benchmark_bridge.add_benchmarks(
         bench,
@@ -70,5 +73,4 @@ def take_pending_results(state: RunState) -> None:
     """The controller's own collector's last results into its state (once; write-back reads them there)."""
     if state.tester is None:
         return
-    for result in state.tester.take_remaining():
-        state.control.add_result(result)
+    state.control.add_results(state.tester.take_remaining())  # one journal write for the batch

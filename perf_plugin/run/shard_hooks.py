@@ -15,6 +15,7 @@ class ShardHooks:
 
     def __init__(self, config: pytest.Config, shard_option: str | None) -> None:
         self.config = config
+        self._writes_here: bool | None = None  # once gathered
         try:
             self.shard: Shard | None = current_shard(shard_option)
         except ValueError as exc:
@@ -33,7 +34,10 @@ class ShardHooks:
             state.notes.append(f"{self.shard.describe()}: {cases} replay case(s) here")
 
     def writes_here(self, state: RunState) -> bool:
-        """Controller, at the end: whether this process writes back (after gathering, on rank 0)."""
+        """Controller, at the end: whether this process writes back, the ranks' results gathered
+        to rank 0 on the first call (by the pytest-benchmark bridge, or else by write-back)."""
         if self.shard is None or not self.shard.distributed or state.controller is None:
             return True
-        return gather_to_rank_zero(state.controller, state.notes)
+        if self._writes_here is None:
+            self._writes_here = gather_to_rank_zero(state.controller, state.notes)
+        return self._writes_here

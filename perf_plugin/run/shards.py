@@ -103,8 +103,7 @@ def payload(control: ControllerState, notes: Sequence[str]) -> dict[str, Any]:
 def merge_payload(control: ControllerState, notes: list[str], data: Mapping[str, Any]) -> None:
     for nodeid, record in data["records"].items():
         control.records.setdefault(nodeid, CaseRecord.from_json(record))
-    for result in data["results"]:
-        control.add_result(CaseResult.from_json(result))
+    control.add_results([CaseResult.from_json(result) for result in data["results"]])  # one journal write
     notes.extend(note for note in data["notes"] if note not in notes)
 
 
