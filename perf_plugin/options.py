@@ -22,6 +22,7 @@ from typing import Any, Callable
 import pytest
 
 from perf_plugin.backends.select import BACKEND_CHOICES
+from perf_plugin.candidates.scoring import DEFAULT_THRESHOLDS, parse_thresholds
 from perf_plugin.replay.cache_modes import CACHE_MODES, DEFAULT_CACHE_MODE, MAX_ROTATION_COPIES
 
 GROUP_NAME = "perf"
@@ -180,6 +181,25 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "auto",
         choices=LOG_CAPTURE_MODES,
     ),
+    OptionSpec(
+        "candidate",
+        "Python file registering candidate kernels (@candidate(\"<kernel type>\")): each selected row of "
+        "those kernel types is judged against its replay (correctness, speedup, fast_p); candidate "
+        "times go to the candidate report, never into the database",
+    ),
+    OptionSpec("candidate-checks", "candidate: input sets its outputs are checked on, each fresh", 5, _positive_int),
+    OptionSpec(
+        "candidate-baseline",
+        "candidate: baseline_time.json of reference times, read and extended (default: "
+        "<rootdir>/candidate_runs/baseline_time.json)",
+    ),
+    OptionSpec("candidate-log-dir", "candidate: trace files and run JSON (default: <rootdir>/candidate_runs/<file stem>)"),
+    OptionSpec(
+        "candidate-fast-p",
+        "candidate: fast_p thresholds, comma-separated speedups (fast_0 is the correctness rate)",
+        DEFAULT_THRESHOLDS,
+        parse_thresholds,
+    ),
 )
 
 
@@ -249,6 +269,11 @@ class Settings:
     isolate: bool = False
     shard: str | None = None
     progress_interval: float = 30.0
+    candidate: Path | None = None
+    candidate_checks: int = 5
+    candidate_baseline: Path | None = None
+    candidate_log_dir: Path | None = None
+    candidate_fast_p: tuple[float, ...] = DEFAULT_THRESHOLDS
 
 
 def _raw_value(config: pytest.Config, spec: OptionSpec) -> tuple[Any, str] | None:
@@ -283,7 +308,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
         values[spec.field] = value
     root = values["database_root"]
     values["database_root"] = Path(root) if root else Path(config.rootpath) / "database" / "data"
-    for key in ("database_path", "prof_path", "case_ids_file"):
+    for key in ("database_path", "prof_path", "case_ids_file", "candidate", "candidate_baseline", "candidate_log_dir"):
         if values[key]:
             values[key] = Path(values[key])
     for spec in OPTIONS:

@@ -12,6 +12,7 @@ from collections.abc import Generator, Iterator
 import pytest
 
 from perf_plugin import options
+from perf_plugin.candidates import hooks as candidate_hooks
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.replay.cache_modes import effective_cache_mode
 from perf_plugin.run.benchmark_hooks import BenchmarkBridge
@@ -92,6 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = options.resolve_settings(config)
     config.pluginmanager.register(CrashHooks(config), CRASH_HOOKS)
     config.pluginmanager.register(ShardHooks(config, settings.shard), SHARD_HOOKS)
+    candidate_hooks.register(config, settings)  # --perf-candidate only
     if is_worker(config):
         workerinput = config.workerinput  # type: ignore[attr-defined]
         if "perf_backend" in workerinput:
@@ -234,6 +236,7 @@ def perf_runner():  # type: ignore[no-untyped-def]
         backend.bind()  # a torchrun rank's own device becomes the current one (markers launch there)
     custom = config.hook.pytest_perf_make_collector(backend=backend, settings=settings)
     collector = custom if custom is not None else make_collector(backend, settings)
+    collector, judge = candidate_hooks.attach_judge(config, backend, collector)
     state.tester = TesterState(backend, collector)
     runner = ReplayRunner(
         backend,
@@ -243,6 +246,7 @@ def perf_runner():  # type: ignore[no-untyped-def]
         seed=settings.seed,
         cache_mode=effective_cache_mode(settings.cache_mode, backend.name),
         rotate_max_copies=settings.rotate_max_copies,
+        candidate_judge=judge,
     )
     return CaseExecutor(state.tester, runner)
 

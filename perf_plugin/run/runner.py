@@ -28,6 +28,7 @@ from perf_plugin.replay.verify import VerificationError, verify_outputs
 
 if TYPE_CHECKING:
     from perf_plugin.backends.base import Backend
+    from perf_plugin.candidates.tester import CandidateJudge
     from perf_plugin.profiling.collector import Collector
     from perf_plugin.replay.base import OpReplay
     from perf_plugin.replay.tensors import KernelRow
@@ -60,6 +61,8 @@ class ReplayRunner:
     seed: int = 0
     cache_mode: str = "warm"  # an effective mode (cache_modes.effective_cache_mode), never "auto"
     rotate_max_copies: int = MAX_ROTATION_COPIES
+    # --perf-candidate: judges the row's candidate on the same inputs after the reference is timed
+    candidate_judge: "CandidateJudge | None" = None
     _flush_buffer: Any = None
     _cache_bytes: int | None = None
     _free_seen: int | None = None
@@ -163,6 +166,8 @@ class ReplayRunner:
                 run_once()
             self.collector.measure(case.ref, run_once, self.repeat_count, self._before_repeat())
             del run_once, function, call_args  # releases rotating copies of the inputs with the inputs
+            if self.candidate_judge is not None:
+                self.candidate_judge.judge(case, replay, args, self._timed_call, self._before_repeat())
         finally:
             del args
             self._release(case.row.nbytes)
