@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "perf_plugin.comm.upgrade_command",
     "perf_plugin.database.command",
     "perf_plugin.run.resume_command",
+    "perf_plugin.run.merge_command",
 )
 
 

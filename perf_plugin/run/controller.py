@@ -37,6 +37,7 @@ from perf_plugin.run.coverage import (
     format_coverage,
     overall_fraction,
 )
+from perf_plugin.run.merge import export_run
 from perf_plugin.run.recovery import settle_journal
 from perf_plugin.run.state import RunState
 from perf_plugin.run.writeback import WritebackRequest, write_back
@@ -146,9 +147,9 @@ def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None
 
     summary = build_summary(state, command or sys.argv)
     outcome.summary = summary
-    summary.coverage = fraction
-    summary.coverage_time = time_fraction
+    summary.coverage, summary.coverage_time = fraction, time_fraction
     timestamp = _timestamp()
+    outcome.lines.extend(export_run(state, summary.results, timestamp))  # --perf-results-out
     if not state.settings.no_writeback:
         request = WritebackRequest(
             directory=state.location.directory,
