@@ -22,7 +22,6 @@ from typing import Any, Callable
 import pytest
 
 from perf_plugin.backends.select import BACKEND_CHOICES
-from perf_plugin.candidates.scoring import DEFAULT_THRESHOLDS, parse_thresholds
 from perf_plugin.replay.cache_modes import CACHE_MODES, DEFAULT_CACHE_MODE, MAX_ROTATION_COPIES
 
 GROUP_NAME = "perf"
@@ -90,6 +89,26 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise ValueError(f"{text!r} is negative")
     return value
+
+
+# The fast_p thresholds a candidate run reports (KernelBench: fast_0 is the correctness rate).
+DEFAULT_THRESHOLDS = (0.0, 1.0, 1.5, 2.0)
+
+
+def parse_thresholds(text: str) -> tuple[float, ...]:
+    """``"0,1,1.5,2"`` -> (0.0, 1.0, 1.5, 2.0); ValueError for anything else."""
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        value = float(part)
+        if not value >= 0 or value == float("inf"):
+            raise ValueError(f"fast_p threshold {part!r} is not a finite number >= 0")
+        values.append(value)
+    if not values:
+        raise ValueError(f"{text!r} names no fast_p threshold")
+    return tuple(sorted(set(values)))
 
 
 def _bool(text: str) -> bool:
@@ -163,6 +182,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "seconds between progress lines (tests done of total, rate, ETA, per xdist worker); 0: none",
         30.0,
         float,
+    ),
+    OptionSpec(
+        "results-out",
+        "also write what this run measured to this file (a result journal), for perfdb merge into another "
+        "copy of the database",
     ),
     OptionSpec(
         "shard",
@@ -269,6 +293,7 @@ class Settings:
     isolate: bool = False
     shard: str | None = None
     progress_interval: float = 30.0
+    results_out: Path | None = None
     candidate: Path | None = None
     candidate_checks: int = 5
     candidate_baseline: Path | None = None
@@ -308,7 +333,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
         values[spec.field] = value
     root = values["database_root"]
     values["database_root"] = Path(root) if root else Path(config.rootpath) / "database" / "data"
-    for key in ("database_path", "prof_path", "case_ids_file", "candidate", "candidate_baseline", "candidate_log_dir"):
+    for key in ("database_path", "prof_path", "case_ids_file", "results_out", "candidate", "candidate_baseline", "candidate_log_dir"):
         if values[key]:
             values[key] = Path(values[key])
     for spec in OPTIONS:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from perf_plugin.options import DEFAULT_THRESHOLDS, parse_thresholds  # noqa: F401  (option parsing lives with the options)
 
 OVERALL = "overall"
-DEFAULT_THRESHOLDS = (0.0, 1.0, 1.5, 2.0)
 
 
 @dataclass(frozen=True)
@@ -102,19 +102,3 @@ def table_lines(table: dict[str, dict[str, Any]], thresholds: Sequence[float]) -
             + "  ".join(cells)
         )
     return lines
-
-
-def parse_thresholds(text: str) -> tuple[float, ...]:
-    """``"0,1,1.5,2"`` -> (0.0, 1.0, 1.5, 2.0); ValueError for anything else."""
-    values = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        value = float(part)
-        if not value >= 0 or value == float("inf"):
-            raise ValueError(f"fast_p threshold {part!r} is not a finite number >= 0")
-        values.append(value)
-    if not values:
-        raise ValueError(f"{text!r} names no fast_p threshold")
-    return tuple(sorted(set(values)))

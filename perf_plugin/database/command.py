@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from perf_plugin.database.command_args import add_write_arguments
 from perf_plugin.database.quarantine import restore
 
 
@@ -25,9 +26,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("directory", type=Path, help="database directory holding *.quarantine.csv files")
     parser.add_argument("--kernel-type", action="append", default=[], metavar="TYPE",
                         help="restore only this kernel type's quarantine file (repeatable)")
-    parser.add_argument("--dry-run", action="store_true", help="say what would be restored, change nothing")
-    parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="S",
-                        help="seconds to wait for the database lock (default 60)")
+    add_write_arguments(parser, "say what would be restored, change nothing")
     parser.set_defaults(func=run)
     return parser
 

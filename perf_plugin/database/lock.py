@@ -17,8 +17,11 @@ from perf_plugin.database.errors import DatabaseError
 LOCK_FILE_NAME = ".perfdb.lock"
 
 
+DEFAULT_LOCK_TIMEOUT_S = 60.0
+
+
 @contextmanager
-def database_lock(directory: str | Path, timeout_s: float = 60.0) -> Iterator[Path]:
+def database_lock(directory: str | Path, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[Path]:
     """Hold the database lock of ``directory`` for the duration of the block."""
     lock_path = Path(directory) / LOCK_FILE_NAME
     lock_path.parent.mkdir(parents=True, exist_ok=True)

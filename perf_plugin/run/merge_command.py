@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from perf_plugin.database.command_args import add_write_arguments
 from perf_plugin.run.merge import merge_results
 
 
@@ -22,9 +23,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     parser.add_argument("directory", type=Path, help="database directory to write into")
     parser.add_argument("files", type=Path, nargs="+", metavar="RESULTS_FILE", help="files written by --perf-results-out")
-    parser.add_argument("--dry-run", action="store_true", help="say what each file holds, write nothing")
-    parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="S",
-                        help="seconds to wait for the database lock (default 60)")
+    add_write_arguments(parser, "say what each file holds, write nothing")
     parser.set_defaults(func=run)
     return parser
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from perf_plugin.database.command_args import add_write_arguments
 from perf_plugin.run.journal import journal_dir
 from perf_plugin.run.recovery import recover_journals
 from perf_plugin.usage import UsageError
@@ -27,9 +28,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         description=(__doc__ or "").split("\n\n")[0],
     )
     parser.add_argument("directory", type=Path, help="database directory (the one holding .perf-journal)")
-    parser.add_argument("--dry-run", action="store_true", help="say what each journal holds, write nothing")
-    parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="S",
-                        help="seconds to wait for the database lock (default 60)")
+    add_write_arguments(parser, "say what each journal holds, write nothing")
     parser.set_defaults(func=run)
     return parser
 
