@@ -57,6 +57,7 @@ def test_shard_option_and_torchrun_ranks_give_the_split() -> None:
     is_case = [True, False, True, True, True]
     assert split(items, is_case, Shard(0, 2, False)) == (["c0", "t", "c2"], ["c1", "c3"])
     assert split(items, is_case, Shard(1, 2, False)) == (["c1", "c3"], ["c0", "t", "c2"])
+    assert split(items, is_case, Shard(1, 2, True)) == (["t", "c1", "c3"], ["c0", "c2"])  # torchrun: on every rank
 
 
 def test_two_shards_replay_the_database_between_them(tmp_path: Path) -> None:

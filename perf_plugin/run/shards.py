@@ -12,7 +12,8 @@ Two launchers, one split:
 
 The split is round-robin over the replay cases in collection order (the database's file and row
 order), so shards get the same number of cases within one and every shard computes the same split
-without talking to the others.  Tests that are not replay cases run in shard 0 only.
+without talking to the others.  Tests that are not replay cases run on every torchrun rank (the
+collective benchmarks need them all) and in shard 0 only of a ``--perf-shard`` split.
 """
 
 from __future__ import annotations
@@ -78,8 +79,9 @@ def local_device_index(environ: Mapping[str, str] | None = None) -> int:
 
 
 def split(items: Sequence[T], is_case: Sequence[bool], shard: Shard) -> tuple[list[T], list[T]]:
-    """(kept, left to other shards): every ``count``-th replay case from ``index``; other tests
-    in shard 0 only."""
+    """(kept, left to other shards): every ``count``-th replay case from ``index``.  Other tests
+    run on every torchrun rank (collective benchmarks need every rank, and a rank-aware test
+    expects its world) and in shard 0 only of a ``--perf-shard`` split."""
     keep: list[T] = []
     drop: list[T] = []
     position = 0
@@ -88,7 +90,7 @@ def split(items: Sequence[T], is_case: Sequence[bool], shard: Shard) -> tuple[li
             (keep if position % shard.count == shard.index else drop).append(item)
             position += 1
         else:
-            (keep if shard.index == 0 else drop).append(item)
+            (keep if shard.distributed or shard.index == 0 else drop).append(item)
     return keep, drop
 
 
