@@ -21,15 +21,9 @@ import pytest
 
 from perf_plugin.report import benchmark_bridge
 from perf_plugin.results import CaseRef, CaseResult
+from tests.test_plugin import ADD_ROWS, BENCH_TEST, HEADER, MATMUL_ROWS
 from tests.test_plugin import _profiler_modules_loaded  # noqa: F401  (torch.profiler's lazy imports, before pytester)
 
-BENCH_TEST = (Path(__file__).parents[1] / "bench" / "test_kernels.py").read_text()
-HEADER = "OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"
-MATMUL_ROWS = [
-    'dynamic,AI_CORE,"""32,64;64,16""",FLOAT;FLOAT,ND;ND,"""32,16""",FLOAT,ND',
-    'dynamic,AI_CORE,"""32,64;16,64""",DT_BF16;DT_BF16,ND;ND,"""32,16""",DT_BF16,ND',
-]
-ADD_ROWS = ['dynamic,AI_VECTOR_CORE,"""8,128;8,128""",FLOAT;DT_BF16,ND;ND,"""8,128""",FLOAT,ND']
 # a kernel type with no replay: its case is skipped, so it has no benchmark
 NO_REPLAY_ROWS = ['dynamic,AI_CORE,"""8,8""",FLOAT,ND,"""8,8""",FLOAT,ND']
 REPEATS = 4

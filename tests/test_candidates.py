@@ -23,8 +23,7 @@ from perf_plugin.candidates.registry import CandidateFileError, load_candidates
 from perf_plugin.candidates.scoring import RowScore, fast_p_table, parse_thresholds
 from perf_plugin.results import CaseRef
 
-BENCH_TEST = (Path(__file__).parents[1] / "bench" / "test_kernels.py").read_text()
-HEADER = "OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"
+from tests.test_plugin import BENCH_TEST, HEADER
 # Real-format rows (embedded-quote shapes, Ascend dtype spellings); the second has a profiled time.
 ADD_ROWS = [
     'dynamic,AI_VECTOR_CORE,"""8,128;8,128""",FLOAT;DT_BF16,ND;ND,"""8,128""",FLOAT,ND,,',

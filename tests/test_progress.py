@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from perf_plugin.run.progress import format_duration, progress_line
-from tests.test_plugin import _profiler_modules_loaded  # noqa: F401  (torch.profiler's lazy imports, before pytester)
+from tests.test_plugin import BENCH_TEST, HEADER, _profiler_modules_loaded  # noqa: F401  (torch.profiler's lazy imports, before pytester)
 
-BENCH_TEST = (Path(__file__).parents[1] / "bench" / "test_kernels.py").read_text()
-HEADER = "OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"
 
 
 def test_the_line_says_done_total_rate_eta_and_per_worker() -> None:

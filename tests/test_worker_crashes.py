@@ -13,10 +13,8 @@ import pytest
 from perf_plugin.results import CaseRef
 from perf_plugin.run.crashes import crash_cause, lost_case_ids, read_case_ids
 from perf_plugin.run.state import CaseRecord
-from tests.test_plugin import _profiler_modules_loaded  # noqa: F401  (torch.profiler's lazy imports, before pytester)
+from tests.test_plugin import BENCH_TEST, HEADER, _profiler_modules_loaded  # noqa: F401  (torch.profiler's lazy imports, before pytester)
 
-BENCH_TEST = (Path(__file__).parents[1] / "bench" / "test_kernels.py").read_text()
-HEADER = "OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"
 
 # A test-only replay that takes its process down for chosen rows: 13 rows abort, 17 rows segfault.
 CRASH_REPLAY = '''
