@@ -38,7 +38,12 @@ def test_ascend_path_is_the_seeds_contract() -> None:
     assert location.derived
 
 
-def test_ascend_path_needs_the_versions() -> None:
+def test_ascend_path_needs_the_versions(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # nothing to detect them from, whatever this host has installed
+    from perf_plugin.backends import ascend_versions
+
+    monkeypatch.setattr(ascend_versions, "installed_version", lambda names: None)
+    monkeypatch.setenv("ASCEND_TOOLKIT_HOME", str(tmp_path))
     with pytest.raises(DatabaseError, match="--vllm-version and --cann-version"):
         resolve_location(settings(), NPU)
 
