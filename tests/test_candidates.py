@@ -300,3 +300,18 @@ def test_work_on_a_side_stream_is_counted_in_the_candidates_time(pytester: pytes
     profile = report["stats"]["op_results"]["Add"]["profile"]
     assert profile["gen_time"] > 500  # µs: the side stream's spin, not only the launch on the caller's stream
     assert profile["speedup"] < 0.1
+
+
+def test_candidates_are_judged_under_xdist_and_reported_once(pytester: pytest.Pytester, project: Path) -> None:
+    path = pytester.path / "cand.py"
+    path.write_text(SAME_OP)
+    result = pytester.runpytest_subprocess(
+        "--perf-database-path", str(project), "--perf-repeat-count", "3", "--perf-warmup-count", "1", "-n", "2",
+        "-p", "no:cacheprovider", "--perf-candidate", str(path), "--perf-candidate-checks", "3", timeout=240,
+    )
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*2 rows judged, 2 correct*"])
+    (report,) = sorted((pytester.path / "candidate_runs" / "cand").glob("candidate_run_*.json"))
+    stats = json.loads(report.read_text())["stats"]
+    assert (stats["total_ops"], stats["passed_ops"]) == (2, 2)
+    assert stats["op_results"]["Add"]["profile"]["gen_time"] > 0
