@@ -52,6 +52,12 @@ def test_lost_markers_are_reported() -> None:
     assert error is not None and "1 marker kernels for 2 launched" in error
 
 
+def test_timed_work_that_launches_the_marker_kernel_itself_is_named() -> None:
+    events = [device("spin_kernel", 1, 1000), device("spin_kernel", 2, 90000), device("spin_kernel", 3, 1000)]
+    _, error, _ = attribute_by_markers(events, [(1, 0), None])
+    assert error is not None and "3 marker kernels for 2 launched: the timed work launched the marker kernel" in error
+
+
 def test_case_span_is_split_into_equal_runs_of_one_kernel_sequence() -> None:
     events = [
         device("fill_kernel", 1, 9999),  # input set-up before the first marker: untimed

@@ -229,5 +229,10 @@ def attribute_by_markers(
             timings[(span.number, repeat)] = _timing_of(run)
     error = None
     if seen != len(segments):
-        error = f"the profiler returned {seen} marker kernels for {len(segments)} launched: events were lost"
+        error = (
+            f"the profiler returned {seen} marker kernels for {len(segments)} launched: events were lost"
+            if seen < len(segments)
+            else f"the profiler returned {seen} marker kernels for {len(segments)} launched: the timed work launched "
+            f"the marker kernel itself ({MARKER_KERNEL}: torch.cuda._sleep), which cannot be told from the markers"
+        )
     return Attribution(timings, error, case_errors)
