@@ -52,13 +52,16 @@ REFERENCE = {
 
 
 def load(path: Path, num_devices: int, dtype: str, mode: str) -> dict[int, dict[str, str]]:
-    """Rows of one file for the chosen group size, dtype and mode, keyed by message bytes."""
+    """Rows of one file for the chosen group size, dtype and mode, keyed by nccl-tests' size
+    (``nccl_tests_bytes``; ``message_bytes`` is the Ascend reader's per-rank size, which differs
+    for all_gather and reduce_scatter; files written before that column hold nccl-tests' size
+    there)."""
     if not path.exists():
         return {}
     with open(path, newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     return {
-        int(row["message_bytes"]): row
+        int(row.get("nccl_tests_bytes") or row["message_bytes"]): row
         for row in rows
         if int(row["num_devices"]) == num_devices
         and row["dtype"].upper().removeprefix("DT_") == dtype.upper().removeprefix("DT_")
