@@ -24,6 +24,7 @@ from perf_plugin.run.crashes import (
     lost_case_ids,
     rerun_lost_cases,
 )
+from perf_plugin.run.setup import is_worker
 from perf_plugin.run.state import RUN_STATE, CaseRecord, RunState
 
 
@@ -33,17 +34,13 @@ def isolate_in_worker(config: pytest.Config) -> bool:
     ``-n N``.  Called before xdist reads its options (or after: both outcomes are set here)."""
     from perf_plugin.options import resolve_settings
 
-    if not resolve_settings(config).isolate or config.getoption("numprocesses", None) or is_xdist_worker(config):
+    if not resolve_settings(config).isolate or config.getoption("numprocesses", None) or is_worker(config):
         return False
     config.option.numprocesses = 1
     if getattr(config.option, "dist", "no") == "no":
         config.option.dist = "load"
     config.option.tx = ["popen"]
     return True
-
-
-def is_xdist_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
 
 
 def _case_by_param_id(state: RunState, config: pytest.Config, nodeid: str) -> Any:

@@ -15,13 +15,12 @@ import json
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 from perf_plugin.database.atomic import atomic_write_text
 from perf_plugin.results import CaseResult, FileWriteback
 from perf_plugin.run.journal import JournalHeader, read_journal
-from perf_plugin.run.recovery import kept_results
+from perf_plugin.run.recovery import kept_results, run_header
 from perf_plugin.run.state import RunState
 from perf_plugin.run.writeback import WritebackRequest, write_back
 from perf_plugin.usage import UsageError
@@ -77,17 +76,8 @@ def export_run(state: RunState, results: Iterable[CaseResult], timestamp: str) -
     path = state.settings.results_out
     if path is None:
         return []
-    started = datetime.fromtimestamp(state.started, timezone.utc)
-    header = JournalHeader(
-        database=str(state.location.directory),
-        update_mode=state.settings.update_mode,
-        timestamp=timestamp,
-        started_at=started.isoformat(timespec="seconds"),
-        command=list(sys.argv),
-        backend=state.backend_name,
-    )
     try:
-        count = export_results(path, header, results)
+        count = export_results(path, run_header(state, list(sys.argv), timestamp), results)
     except OSError as exc:
         return [f"results not written to {path}: {exc}"]
     return [f"results: {count} measured case(s) in {path} (perfdb merge DATABASE {path} writes them into a database)"]

@@ -129,6 +129,20 @@ def _run_id(started: float) -> str:
     return f"{stamp}-{os.getpid()}"
 
 
+def run_header(state: RunState, command: list[str], timestamp: str | None = None) -> JournalHeader:
+    """The header naming a run in its journal (and in its --perf-results-out file): the rows'
+    timestamp is the run's start unless one is given."""
+    started = datetime.fromtimestamp(state.started, timezone.utc)
+    return JournalHeader(
+        database=str(state.location.directory),
+        update_mode=state.settings.update_mode,
+        timestamp=timestamp or started.strftime("%Y%m%d_%H%M%S"),
+        started_at=started.isoformat(timespec="seconds"),
+        command=command,
+        backend=state.backend_name,
+    )
+
+
 def begin_run(config: pytest.Config, state: RunState, command: list[str]) -> None:
     """Controller, once per run, before its cases are collected: write back the journals of
     runs that did not finish, and open this run's journal (nothing on disk until a result)."""
@@ -154,16 +168,7 @@ def begin_run(config: pytest.Config, state: RunState, command: list[str]) -> Non
             state.notes.extend(item.notes)
     except (DatabaseError, OSError) as exc:
         state.notes.append(f"journals of unfinished runs not written back: {exc}; perfdb resume {database} retries")
-    started = datetime.fromtimestamp(state.started, timezone.utc)
-    header = JournalHeader(
-        database=str(database),
-        update_mode=state.settings.update_mode,
-        timestamp=started.strftime("%Y%m%d_%H%M%S"),
-        started_at=started.isoformat(timespec="seconds"),
-        command=command,
-        backend=state.backend_name,
-    )
-    journal = RunJournal(journal_dir(database), _run_id(state.started), header)
+    journal = RunJournal(journal_dir(database), _run_id(state.started), run_header(state, command))
     control.journal = journal
     config.add_cleanup(journal.close)  # a run whose write-back failed leaves it for the next
     sigterm_as_interrupt(config)  # SIGTERM, like Ctrl-C, ends the run through write-back
