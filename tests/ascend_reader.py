@@ -78,6 +78,21 @@ Shape = tuple[int, ...]
 Query = list[tuple[Shape, torch.dtype]]
 
 
+def first_latency(row: pd.Series, preferred: str) -> tuple[str, float] | None:
+    """The reader's per-row fallback (``_row_latency_value``, a1c842e): the first finite positive
+    value among the latency columns, the file's preferred one first; (column, value)."""
+    for column in (preferred, *(c for c in LATENCY_COLUMNS if c != preferred)):
+        if column not in row.index:
+            continue
+        try:
+            value = float(row[column])
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value) and value > 0:
+            return column, value
+    return None
+
+
 @dataclass(frozen=True)
 class Generation:
     name: str
@@ -208,16 +223,7 @@ class AscendReader:
     def _row_latency(self, row: pd.Series, file_column: str) -> tuple[str, float] | None:
         if not self.generation.per_row_fallback:
             return file_column, float(row[file_column]) if file_column in row.index else math.nan
-        for column in (file_column, *(c for c in LATENCY_COLUMNS if c != file_column)):
-            if column not in row.index:
-                continue
-            try:
-                value = float(row[column])
-            except (TypeError, ValueError):
-                continue
-            if math.isfinite(value) and value > 0:
-                return column, value
-        return None
+        return first_latency(row, file_column)
 
     def _latency_priority(self, kernel_type: str, column: str) -> int:
         overrides = (self.mapping.get("latency_policy") or {}).get("kernel_overrides", {})

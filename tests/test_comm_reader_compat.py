@@ -31,7 +31,6 @@ The op_mapping.yaml files are the real ones of tests/fixtures/ascend (SOURCES.md
 from __future__ import annotations
 
 import csv
-import math
 import shutil
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from perf_plugin.comm.plan import CommCase
 from perf_plugin.comm.record import CommResult
 from perf_plugin.comm.settings import build_settings
 from perf_plugin.comm.writer import upsert_result
+from tests.ascend_reader import first_latency
 from tests.conftest import ASCEND
 
 DEVICE = "ATLAS_800_A3_752T_128G_DIE"
@@ -90,16 +90,8 @@ class CommReader:
 
     @staticmethod
     def row_latency(row: pd.Series, preferred: str) -> float | None:
-        for column in (preferred, *(c for c in LATENCY_COLUMNS if c != preferred)):
-            if column not in row.index:
-                continue
-            try:
-                value = float(row[column])
-            except (TypeError, ValueError):
-                continue
-            if math.isfinite(value) and value > 0:
-                return value
-        return None
+        found = first_latency(row, preferred)  # the same per-row fallback as the kernel lookup
+        return found[1] if found is not None else None
 
     def query(self, kernel_type: str, message_bytes: int, num_devices: int, tier: int | None) -> float | None:
         df = self.load_csv(kernel_type)
