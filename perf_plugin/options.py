@@ -149,7 +149,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "cache-mode",
         "how repeats meet the device cache: warm (same inputs), cold (cache flushed outside the timed range "
         "before every repeat), rotate (cycle through input copies larger than twice the cache), "
-        "auto (rotate on CUDA, warm elsewhere: measured closest to in-model durations)",
+        "produced (cache flushed, then the inputs rewritten in place, before every repeat: as a model's "
+        "previous kernel leaves them), auto (rotate on CUDA, warm elsewhere: measured closest to in-model durations)",
         DEFAULT_CACHE_MODE,
         choices=CACHE_MODES,
     ),

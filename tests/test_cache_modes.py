@@ -1,4 +1,4 @@
-"""Cache modes of the timed repeats: warm, cold (flush before each repeat), rotating inputs."""
+"""Cache modes of the timed repeats: warm, cold (flush before each repeat), rotating inputs, produced inputs."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from perf_plugin.replay.cache_modes import (
     MAX_ROTATION_COPIES,
     clone_inputs,
     effective_cache_mode,
+    input_storages,
+    produce_inputs,
     replicate_inputs,
     rotating,
     rotation_copies,
@@ -157,15 +159,45 @@ def test_other_modes_time_the_same_inputs(mode: str) -> None:
 
 
 def test_cold_mode_flushes_a_buffer_twice_the_cache_and_warm_mode_none() -> None:
-    assert _runner("warm", 4096)._before_repeat() is None
-    assert _runner("rotate", 4096)._before_repeat() is None
+    inputs = (torch.ones(4),)
+    assert _runner("warm", 4096)._before_repeat(inputs) is None
+    assert _runner("rotate", 4096)._before_repeat(inputs) is None
     runner = _runner("cold", 4096)
-    flush = runner._before_repeat()
+    flush = runner._before_repeat(inputs)
     assert flush is not None
     flush()
     assert runner._flush_buffer.numel() == 8192
     assert bool((runner._flush_buffer == 1).all())
-    assert runner._before_repeat() is not None and runner._flush_buffer.numel() == 8192  # built once
+    assert runner._before_repeat(inputs) is not None and runner._flush_buffer.numel() == 8192  # built once
+
+
+def test_produced_mode_flushes_then_rewrites_every_input_storage_once_keeping_values() -> None:
+    base = torch.randn(6, 4)
+    view = base.t()  # a strided view of the same storage: rewritten once, as a whole
+    expanded = torch.arange(3.0).expand(5, 3)  # stride 0: an in-place op on the view itself would fail
+    flags = torch.tensor([True, False, True])
+    parts = [torch.randint(-5, 5, (7,), dtype=torch.int8)]
+    inputs = (base, view, expanded, flags, parts, 2.5)
+    before = [t.clone() for t in (base, expanded, flags, parts[0])]
+    storages = input_storages(inputs)
+    assert [s.numel() for s in storages] == [96, 12, 3, 7]
+    calls: list[str] = []
+    produce = produce_inputs(lambda: calls.append("flush"), storages)
+    with torch.autograd.profiler.profile() as prof:
+        produce()
+    assert calls == ["flush"]
+    assert [e.name for e in prof.function_events if e.name == "aten::mul_"] == ["aten::mul_"] * 4
+    assert all(torch.equal(a, b) for a, b in zip(before, (base, expanded, flags, parts[0])))
+
+
+def test_produced_mode_flushes_the_runners_buffer_before_the_rewrite() -> None:
+    runner = _runner("produced", 4096)
+    inputs = (torch.full((16, 16), 3.0),)
+    produce = runner._before_repeat(inputs)
+    assert produce is not None and runner._flush_buffer.numel() == 8192
+    runner._flush_buffer.zero_()
+    produce()
+    assert bool((runner._flush_buffer == 1).all()) and bool((inputs[0] == 3.0).all())
 
 
 def _sysfs_cache(root: Path, entries: list[tuple[int, str, str]]) -> Path:
@@ -203,6 +235,18 @@ def test_rotate_mode_runs_and_is_reported(pytester: pytest.Pytester) -> None:
     assert report["replay_run"]["cache_mode"] == "rotate"
     markdown = next((db / "reports").glob("replay_report_*.md")).read_text()
     assert "| cache mode | rotate |" in markdown
+
+
+def test_produced_mode_runs_and_is_reported(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_kernels=BENCH_TEST)
+    db = write_csv(pytester.path / "db" / "Add.csv", HEADER, ROWS).parent
+    result = pytester.runpytest("--database-path", str(db), "--repeat-count", "3", "--warmup-count", "1",
+                                "-p", "no:cacheprovider", "--cache-mode", "produced")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*3 repeats after 1 warm-up, produced cache*"])
+    report = json.loads(next((db / "reports").glob("run_report_*.json")).read_text())
+    assert report["replay_run"]["cache_mode"] == "produced"
+    assert report["results"][0]["outcome"] == "passed"
 
 
 def test_auto_mode_is_warm_on_the_cpu(pytester: pytest.Pytester) -> None:

@@ -8,6 +8,10 @@
   still come from the allocator's cache.  Copies are capped (``MAX_ROTATION_COPIES``): inputs
   so small that the capped cycle fits in the cache stay cached, as activations just written by
   the previous kernel do in a model (for those, ``cold`` is the mode that misses).
+* ``produced``: before every repeat, outside the timed range, the cache is flushed and then the
+  inputs are rewritten in place, as the kernel that produced them in a model leaves them: the
+  inputs (as much of them as the cache holds) in the cache, everything else evicted, the timed
+  kernel's own code and parameters included.
 
 Only as many copies are built as there are calls (warm-up + repeats): when the cycle is longer,
 each copy is used once, and one flush after building them stands in for the traffic of the
@@ -25,7 +29,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-CACHE_MODES = ("auto", "warm", "cold", "rotate")
+CACHE_MODES = ("auto", "warm", "cold", "rotate", "produced")
 DEFAULT_CACHE_MODE = "auto"
 # What ``auto`` means per backend (``Backend.auto_cache_mode``).  CUDA: measured on an H100 against four Llama-3.1-8B decoder
 # layers profiled in a model run (README, "Cache modes").  The CPU and NPUs stay warm: on the CPU
@@ -142,3 +146,39 @@ def cache_flush(buffer: Any) -> Callable[[], Any]:
         return buffer.fill_(1)
 
     return flush
+
+
+def input_storages(value: Any) -> list[Any]:
+    """Every distinct storage the tensors of ``value`` view, once each, as flat byte tensors.
+
+    The whole storage, not the view: an expanded or strided input is rewritten without writing
+    one element twice, and a storage two inputs share is rewritten once.
+    """
+    seen: dict[tuple[Any, int], Any] = {}
+    for tensor in _tensors(value):
+        storage = tensor.untyped_storage()
+        key = (tensor.device, storage.data_ptr())
+        if key not in seen and storage.nbytes():
+            import torch
+
+            seen[key] = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage)
+    return list(seen.values())
+
+
+def _tensors(value: Any) -> list[Any]:
+    if isinstance(value, (tuple, list)):
+        return [tensor for item in value for tensor in _tensors(item)]
+    return [value] if hasattr(value, "untyped_storage") and hasattr(value, "element_size") else []
+
+
+def produce_inputs(flush: Callable[[], Any], storages: list[Any]) -> Callable[[], Any]:
+    """A no-argument call that flushes the cache, then rewrites every input storage in place
+    (each byte times one: its values unchanged, its lines left in the cache as a write leaves them)."""
+
+    def produce() -> None:
+        flush()
+        for storage in storages:
+            storage.mul_(1)
+
+    return produce
+

@@ -18,6 +18,8 @@ from perf_plugin.replay.cache_modes import (
     FALLBACK_CACHE_BYTES,
     MAX_ROTATION_COPIES,
     cache_flush,
+    input_storages,
+    produce_inputs,
     replicate_inputs,
     rotating,
     rotation_plan,
@@ -97,9 +99,14 @@ class ReplayRunner:
             self._flush_buffer = torch.empty(size, dtype=torch.uint8, device=self.backend.torch_device())
         return cache_flush(self._flush_buffer)
 
-    def _before_repeat(self) -> Any:
-        """Cold mode: the flush run outside the timed range before every repeat."""
-        return self._flush() if self.cache_mode == "cold" else None
+    def _before_repeat(self, args: tuple[Any, ...]) -> Any:
+        """What runs outside the timed range before every repeat: the flush (cold mode), or the
+        flush and a rewrite of the inputs ``args`` (produced mode)."""
+        if self.cache_mode == "cold":
+            return self._flush()
+        if self.cache_mode == "produced":
+            return produce_inputs(self._flush(), input_storages(args))
+        return None
 
     def _timed_call(self, function: Any, args: tuple[Any, ...]) -> Any:
         """The call the warm-up and repeats run: on the same inputs, or (rotate) on rotating copies."""
@@ -164,10 +171,10 @@ class ReplayRunner:
                 raise
             for _ in range(self.warmup_count):
                 run_once()
-            self.collector.measure(case.ref, run_once, self.repeat_count, self._before_repeat())
+            self.collector.measure(case.ref, run_once, self.repeat_count, self._before_repeat(args))
             del run_once, function, call_args  # releases rotating copies of the inputs with the inputs
             if self.candidate_judge is not None:
-                self.candidate_judge.judge(case, replay, args, self._timed_call, self._before_repeat())
+                self.candidate_judge.judge(case, replay, args, self._timed_call, self._before_repeat(args))
         finally:
             del args
             self._release(case.row.nbytes)
