@@ -10,12 +10,26 @@ ingest the trace into a fresh database (``perfdb ingest``'s pipeline), replay it
   could not replay);
 * fidelity: for the rows that replay, replayed over in-model duration (``Average Duration(us)``
   over ``Profiling Average Duration(us)``), the share of rows and of kernel time within
-  [0.9, 1.1], once per ``--cache-modes`` entry (the same database replayed in each mode).
+  [0.9, 1.1], once per ``--cache-modes`` entry (the same database replayed in each mode; an
+  entry ``MODE+markers`` also delimits every repeat with marker kernels, ``--perf-repeat-markers``);
+* with ``--reference-spread``: the model profiled a second time, and the share of rows and of
+  kernel time whose second in-model duration is within [0.9, 1.1] of the first -- how far the
+  reference itself moves between two runs of the same code, the bound a replay is judged against.
 
 Models (``--models``): ``llama`` (Llama-3.1-8B dimensions, SDPA attention), ``qwen3-moe``
 (Qwen3-30B-A3B dimensions: 128 experts, top-8), ``llama-fp8`` (the Llama model with every
 linear layer an FP8 GEMM through ``torch._scaled_mm``, per-tensor scales; CUDA only), each with
 ``--layers`` decoder layers.
+
+Routing of the MoE model.  With random weights the router's inputs share a few directions
+across tokens (the residual stream of random layers), so every token picks the same experts:
+on 512 prefill tokens, the second of three layers routed to 52 of 128 experts, the busiest
+getting 15x the mean.  A trained MoE is balanced by its load-balancing loss, and a grouped GEMM
+that reads 40 experts' weights is much faster than one reading 128 (the replay draws balanced
+group sizes, as the row records only the expert count).  So the benchmark whitens each router's
+weight against its inputs on a calibration prefill (``balance_routing``), layer by layer: every
+expert is then used, with the spread of a uniform random routing (the busiest 1.3-1.6x the
+mean).  The routing of the profiled prefill is printed per layer.
 
 Prerequisites: torch with CUDA (or ``--device cpu --tiny`` for a quick check of the script),
 ``transformers`` (5.x), this project installed (``pip install -e .``).
@@ -72,6 +86,7 @@ class ModelReport:
     unattributed_us: float = 0.0
     rows: list[RowOutcome] = field(default_factory=list)
     replay_seconds: float = 0.0
+    reference_spread: dict[str, float] | None = None  # --reference-spread: two in-model profiles compared
 
     def summary(self) -> dict[str, Any]:
         passed = [r for r in self.rows if r.replayed_us is not None]
@@ -88,6 +103,7 @@ class ModelReport:
             "other_kernels_rows": sum(1 for r in passed if r.kernels_differ),
             "other_kernels_time": sum(r.total_us for r in passed if r.kernels_differ) / passed_us if passed_us else 0.0,
             "replay_seconds": round(self.replay_seconds, 1),
+            "reference_spread": self.reference_spread,
         }
 
 
@@ -162,6 +178,58 @@ def _as_module(function: Any) -> Any:
     return Wrapped()
 
 
+def router_modules(model: Any) -> list[tuple[str, Any]]:
+    """The MoE routers (``mlp.gate`` of every sparse layer), in layer order."""
+    return [(name, module) for name, module in model.named_modules() if name.endswith("mlp.gate")]
+
+
+def router_inputs(model: Any, ids: Any) -> dict[str, tuple[Any, Any]]:
+    """Per router: its input rows (float32) and the experts it chose, from one forward pass."""
+    import torch
+
+    seen: dict[str, tuple[Any, Any]] = {}
+    hooks = [
+        module.register_forward_hook(
+            lambda _m, args, out, name=name: seen.__setitem__(
+                name, (args[0].detach().reshape(-1, args[0].shape[-1]).float(), out[-1].detach())
+            )
+        )
+        for name, module in router_modules(model)
+    ]
+    try:
+        with torch.no_grad():
+            model(input_ids=ids)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def balance_routing(model: Any, ids: Any) -> None:
+    """Whiten every router's weight against its inputs (see the module docstring), layer by
+    layer, since balancing one layer changes the next one's inputs."""
+    import torch
+
+    for name, module in router_modules(model):
+        x, _ = router_inputs(model, ids)[name]
+        _, singular, vh = torch.linalg.svd(x, full_matrices=False)
+        keep = singular > singular[0] * 1e-4
+        basis, singular = vh[keep].T, singular[keep]
+        whitening = basis @ torch.diag(singular.mean() / singular) @ basis.T
+        module.weight.data = (module.weight.data.float() @ whitening).to(module.weight.dtype)
+
+
+def routing_balance(model: Any, ids: Any, experts: int) -> list[str]:
+    """Per router: experts used and the busiest expert's share over the mean."""
+    import torch
+
+    lines = []
+    for name, (_, chosen) in router_inputs(model, ids).items():
+        counts = torch.bincount(chosen.reshape(-1), minlength=experts).float()
+        lines.append(f"{name}: {int((counts > 0).sum())}/{experts} experts used, busiest {counts.max() / counts.mean():.2f}x the mean")
+    return lines
+
+
 def build_model(name: str, layers: int, device: str, tiny: bool) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
@@ -174,15 +242,27 @@ def build_model(name: str, layers: int, device: str, tiny: bool) -> Any:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
     if name == "llama-fp8":
         to_fp8_linears(model)
+    if name == "qwen3-moe":
+        generator = torch.Generator(device=device).manual_seed(1)
+        calibration = torch.randint(0, config.vocab_size, (1, 512 if not tiny else 64), device=device, generator=generator)
+        balance_routing(model, calibration)
     return model
 
 
 # ----------------------------------------------------------------------------- profile and ingest
+def prefill_ids(model: Any, device: str, tokens: int) -> Any:
+    """The prompt of every profiled run: the same tokens each time (seeded)."""
+    import torch
+
+    generator = torch.Generator(device=device).manual_seed(0)
+    return torch.randint(0, model.config.vocab_size, (1, tokens), device=device, generator=generator)
+
+
 def run_steps(model: Any, device: str, tokens: int, decode_steps: int) -> None:
     import torch
     from transformers import DynamicCache
 
-    ids = torch.randint(0, model.config.vocab_size, (1, tokens), device=device)
+    ids = prefill_ids(model, device, tokens)
     cache = DynamicCache()
     with torch.no_grad():
         out = model(input_ids=ids, past_key_values=cache, use_cache=True)
@@ -214,11 +294,17 @@ def trace_kernel_us(trace: Path) -> float:
     return sum(float(e.get("dur", 0)) for e in document.get("traceEvents", []) if e.get("cat") in categories)
 
 
-def replay(db: Path, device: str, repeats: int, warmup: int, cache_mode: str) -> float:
+def replay(db: Path, device: str, repeats: int, warmup: int, variant: str) -> float:
+    """``pytest bench`` on ``db``; ``variant`` is a cache mode, ``+markers`` for per-repeat markers."""
     started = time.perf_counter()
+    cache_mode, _, extra = variant.partition("+")
     command = [sys.executable, "-m", "pytest", str(ROOT / "bench" / "test_kernels.py"), "--perf-database-path", str(db),
                "--perf-backend", device, "--perf-repeat-count", str(repeats), "--perf-warmup-count", str(warmup),
                "--perf-cache-mode", cache_mode, "-p", "no:cacheprovider", "-q", "--no-header", "-p", "no:randomly"]
+    if extra == "markers":
+        command.append("--perf-repeat-markers")
+    elif extra:
+        raise SystemExit(f"--cache-modes entry {variant!r}: the only suffix is +markers")
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     tail = completed.stdout.strip().splitlines()[-3:]
     print(f"  pytest bench (exit {completed.returncode}):", " | ".join(tail))
@@ -262,9 +348,43 @@ def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.json"
     model = build_model(name, args.layers, args.device, args.tiny)
+    if router_modules(model):
+        for line in routing_balance(model, prefill_ids(model, args.device, args.tokens), model.config.num_experts):
+            print(f"  routing of the profiled prefill, {line}")
     profile_model(model, args.device, args.tokens, args.decode_steps, trace)
+    spread = None
+    if args.reference_spread:
+        second = out / "trace_second.json"
+        profile_model(model, args.device, args.tokens, args.decode_steps, second)
+        spread = reference_spread(trace, second, out)
     del model
-    return replay_trace(name, trace, out, args)
+    reports = replay_trace(name, trace, out, args)
+    for report in reports:
+        report.reference_spread = spread
+    return reports
+
+
+def reference_spread(first: Path, second: Path, out: Path) -> dict[str, float]:
+    """Two profiles of the same steps, ingested: the share of the first's rows (and of its time)
+    whose duration in the second is within ``BAND`` of the first."""
+    from perf_plugin.ingest.pipeline import ingest_path
+
+    def keyed(trace: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], tuple[float, int]]:
+        rows = ingest_path(trace, None).rows
+        return {(r.kernel_type, tuple(sorted(r.cells.items()))): (r.average, r.count) for r in rows}
+
+    a, b = keyed(first), keyed(second)
+    shared = [(a[key], b[key][0]) for key in a if key in b and a[key][0] > 0]
+    inside = [(avg, count) for (avg, count), other in shared if BAND[0] <= other / avg <= BAND[1]]
+    total = sum(avg * count for (avg, count), _ in shared) or 1.0
+    result = {
+        "rows_matched": len(shared),
+        "rows_first": len(a),
+        "rows_within": len(inside) / len(shared) if shared else 0.0,
+        "time_within": sum(avg * count for avg, count in inside) / total,
+    }
+    (out / "reference_spread.json").write_text(json.dumps(result, indent=1))
+    return result
 
 
 def replay_trace(name: str, trace: Path, out: Path, args: argparse.Namespace) -> list[ModelReport]:
@@ -304,6 +424,11 @@ def print_report(report: ModelReport) -> None:
         f"fidelity within {BAND}: {100 * s['fidelity_time']:.1f}% of replayed time, {100 * s['fidelity_rows']:.1f}% of rows; "
         f"other kernels than the model: {s['other_kernels_rows']} rows, {100 * s['other_kernels_time']:.1f}% of replayed time"
     )
+    if report.reference_spread:
+        spread = report.reference_spread
+        print(f"{report.model}: reference spread: a second in-model profile within {BAND} of the first for "
+              f"{100 * spread['time_within']:.1f}% of the time, {100 * spread['rows_within']:.1f}% of "
+              f"{spread['rows_matched']} matched rows")
 
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, Callable[[], list[ModelReport]]]]:
@@ -327,7 +452,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--tiny", action="store_true", help="small dimensions, for checking the script on a CPU")
-    parser.add_argument("--cache-modes", default="auto", help="replay the database once per cache mode (comma list)")
+    parser.add_argument("--cache-modes", default="auto",
+                        help="replay the database once per cache mode (comma list; MODE+markers: every repeat delimited)")
+    parser.add_argument("--reference-spread", action="store_true",
+                        help="profile each model twice and report how far the in-model durations move between the runs")
     parser.add_argument("--traces", help="replay these trace files (comma list) instead of profiling --models")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
