@@ -188,10 +188,16 @@ def router_inputs(model: Any, ids: Any) -> dict[str, tuple[Any, Any]]:
     import torch
 
     seen: dict[str, tuple[Any, Any]] = {}
+    top_k = model.config.num_experts_per_tok
+
+    def chosen(out: Any) -> Any:
+        # transformers 5 routers return (logits, scores, indices); a plain linear gate, its logits
+        return out[-1].detach() if isinstance(out, tuple) else out.detach().topk(top_k, dim=-1).indices
+
     hooks = [
         module.register_forward_hook(
             lambda _m, args, out, name=name: seen.__setitem__(
-                name, (args[0].detach().reshape(-1, args[0].shape[-1]).float(), out[-1].detach())
+                name, (args[0].detach().reshape(-1, args[0].shape[-1]).float(), chosen(out))
             )
         )
         for name, module in router_modules(model)
