@@ -27,7 +27,7 @@ on 512 prefill tokens, the second of three layers routed to 52 of 128 experts, t
 getting 15x the mean.  A trained MoE is balanced by its load-balancing loss, and a grouped GEMM
 that reads 40 experts' weights is much faster than one reading 128 (the replay draws balanced
 group sizes, as the row records only the expert count).  So the benchmark whitens each router's
-weight against its inputs on a calibration prefill (``balance_routing``), layer by layer: every
+weight against its inputs on the profiled prompt (``balance_routing``), layer by layer: every
 expert is then used, with the spread of a uniform random routing (the busiest 1.3-1.6x the
 mean).  The routing of the profiled prefill is printed per layer.
 
@@ -212,8 +212,12 @@ def router_inputs(model: Any, ids: Any) -> dict[str, tuple[Any, Any]]:
 
 
 def balance_routing(model: Any, ids: Any) -> None:
-    """Whiten every router's weight against its inputs (see the module docstring), layer by
-    layer, since balancing one layer changes the next one's inputs."""
+    """Whiten every router's weight against its inputs on the prompt ``ids`` (see the module
+    docstring), layer by layer, since balancing one layer changes the next one's inputs.
+
+    The whitening holds for the prompt it was computed on (the profiled prefill's): calibrated
+    on another prompt, even of more tokens than the hidden size, routing stayed collapsed (its
+    inputs depend on the sequence through attention)."""
     import torch
 
     for name, module in router_modules(model):
@@ -236,7 +240,7 @@ def routing_balance(model: Any, ids: Any, experts: int) -> list[str]:
     return lines
 
 
-def build_model(name: str, layers: int, device: str, tiny: bool) -> Any:
+def build_model(name: str, layers: int, device: str, tiny: bool, tokens: int) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -249,9 +253,7 @@ def build_model(name: str, layers: int, device: str, tiny: bool) -> Any:
     if name == "llama-fp8":
         to_fp8_linears(model)
     if name == "qwen3-moe":
-        generator = torch.Generator(device=device).manual_seed(1)
-        calibration = torch.randint(0, config.vocab_size, (1, 512 if not tiny else 64), device=device, generator=generator)
-        balance_routing(model, calibration)
+        balance_routing(model, prefill_ids(model, device, tokens))
     return model
 
 
@@ -353,7 +355,7 @@ def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
     out = Path(args.out) / name
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.json"
-    model = build_model(name, args.layers, args.device, args.tiny)
+    model = build_model(name, args.layers, args.device, args.tiny, args.tokens)
     if router_modules(model):
         for line in routing_balance(model, prefill_ids(model, args.device, args.tokens), model.config.num_experts):
             print(f"  routing of the profiled prefill, {line}")
