@@ -22,6 +22,8 @@ from perf_plugin.replay.cache_modes import (
     rotation_plan,
     tensor_bytes,
 )
+from perf_plugin.results import CaseRef
+from perf_plugin.run.cases import STATUS_READY, Case
 from perf_plugin.run.runner import ReplayRunner
 from tests.test_plugin import BENCH_TEST, HEADER, _profiler_modules_loaded, write_csv  # noqa: F401 (autouse fixture)
 
@@ -71,7 +73,7 @@ def test_rotation_copies_honour_a_smaller_cap() -> None:
 
 @pytest.mark.parametrize(
     ("setting", "backend", "expected"),
-    [("auto", "cuda", "rotate"), ("auto", "cpu", "warm"), ("auto", "npu", "warm"), ("cold", "cpu", "cold"), ("warm", "cuda", "warm")],
+    [("auto", "cuda", "produced"), ("auto", "cpu", "warm"), ("auto", "npu", "warm"), ("cold", "cpu", "cold"), ("warm", "cuda", "warm")],
 )
 def test_auto_resolves_per_backend_and_explicit_modes_win(setting: str, backend: str, expected: str) -> None:
     assert effective_cache_mode(setting, backend) == expected
@@ -94,7 +96,7 @@ def _runner(mode: str, cache: int, max_copies: int = MAX_ROTATION_COPIES, repeat
 
 def _pointers_seen(runner: ReplayRunner, inputs: tuple, calls: int) -> list[int]:
     pointers: list[int] = []
-    run_once = runner._timed_call(lambda a, *rest: pointers.append(a.data_ptr()), inputs)
+    run_once = runner._timed_call(lambda a, *rest: pointers.append(a.data_ptr()), inputs, runner.cache_mode)
     for _ in range(calls):
         run_once()
     return pointers
@@ -152,7 +154,7 @@ def test_replicated_inputs_equal_the_originals_in_value_and_layout() -> None:
 def test_other_modes_time_the_same_inputs(mode: str) -> None:
     inputs = (torch.ones(16, 16),)
     pointers: list[int] = []
-    run_once = _runner(mode, 4096)._timed_call(lambda a: pointers.append(a.data_ptr()), inputs)
+    run_once = _runner(mode, 4096)._timed_call(lambda a: pointers.append(a.data_ptr()), inputs, mode)
     for _ in range(3):
         run_once()
     assert set(pointers) == {inputs[0].data_ptr()}
@@ -160,15 +162,15 @@ def test_other_modes_time_the_same_inputs(mode: str) -> None:
 
 def test_cold_mode_flushes_a_buffer_twice_the_cache_and_warm_mode_none() -> None:
     inputs = (torch.ones(4),)
-    assert _runner("warm", 4096)._before_repeat(inputs) is None
-    assert _runner("rotate", 4096)._before_repeat(inputs) is None
+    assert _runner("warm", 4096)._before_repeat(inputs, "warm") is None
+    assert _runner("rotate", 4096)._before_repeat(inputs, "rotate") is None
     runner = _runner("cold", 4096)
-    flush = runner._before_repeat(inputs)
+    flush = runner._before_repeat(inputs, "cold")
     assert flush is not None
     flush()
     assert runner._flush_buffer.numel() == 8192
     assert bool((runner._flush_buffer == 1).all())
-    assert runner._before_repeat(inputs) is not None and runner._flush_buffer.numel() == 8192  # built once
+    assert runner._before_repeat(inputs, "cold") is not None and runner._flush_buffer.numel() == 8192  # built once
 
 
 def test_produced_mode_flushes_then_rewrites_every_input_storage_once_keeping_values() -> None:
@@ -190,14 +192,61 @@ def test_produced_mode_flushes_then_rewrites_every_input_storage_once_keeping_va
     assert all(torch.equal(a, b) for a, b in zip(before, (base, expanded, flags, parts[0])))
 
 
-def test_produced_mode_flushes_the_runners_buffer_before_the_rewrite() -> None:
+def test_produced_mode_evicts_by_reading_the_runners_buffer_then_rewrites() -> None:
     runner = _runner("produced", 4096)
     inputs = (torch.full((16, 16), 3.0),)
-    produce = runner._before_repeat(inputs)
+    produce = runner._before_repeat(inputs, "produced")
     assert produce is not None and runner._flush_buffer.numel() == 8192
-    runner._flush_buffer.zero_()
-    produce()
-    assert bool((runner._flush_buffer == 1).all()) and bool((inputs[0] == 3.0).all())
+    with torch.autograd.profiler.profile(record_shapes=True) as prof:
+        produce()
+    ops = [(e.name, e.input_shapes[0]) for e in prof.function_events if e.name in ("aten::amax", "aten::mul_")]
+    assert ops == [("aten::amax", [2048]), ("aten::mul_", [1024])]  # 8192 bytes read as int32, then the input's bytes
+    assert bool((runner._flush_buffer == 0).all()) and bool((inputs[0] == 3.0).all())  # read, not written
+
+
+def test_idle_mode_evicts_by_reading_and_launches_each_call_after_the_device_finished() -> None:
+    events: list[str] = []
+
+    class RecordingCpu(SmallCacheCpu):
+        def synchronize(self) -> None:
+            events.append("synchronize")
+
+    runner = ReplayRunner(RecordingCpu(4096), collector=None, repeat_count=3, warmup_count=1, cache_mode="idle")  # type: ignore[arg-type]
+    inputs = (torch.ones(16, 16),)
+    evict = runner._before_repeat(inputs, "idle")
+    assert evict is not None and runner._flush_buffer.numel() == 8192
+    runner._flush_buffer.fill_(7)
+    with torch.autograd.profiler.profile(record_shapes=True) as prof:
+        evict()
+    assert [e.name for e in prof.function_events if e.input_shapes[:1] == [[2048]]] == ["aten::amax"]  # read as int32
+    assert bool((runner._flush_buffer == 7).all())
+    run_once = runner._timed_call(lambda a: events.append(f"call {a.data_ptr()}"), inputs, "idle")
+    run_once()
+    run_once()
+    assert events == ["synchronize", f"call {inputs[0].data_ptr()}"] * 2
+
+
+def test_produced_mode_leaves_the_models_parameters_out_of_the_rewrite() -> None:
+    runner = _runner("produced", 4096)
+    x, weight, bias = torch.ones(4, 8), torch.ones(8, 16), torch.ones(16)
+    produce = runner._before_repeat((x, weight, bias), "produced", parameters=(weight.t().t(), bias))
+    with torch.autograd.profiler.profile(record_shapes=True) as prof:
+        produce()
+    assert [e.input_shapes[0] for e in prof.function_events if e.name == "aten::mul_"] == [[128]]  # x's bytes only
+
+
+def test_gemm_replays_name_their_weights_as_parameters() -> None:
+    from perf_plugin.replay.registry import get_replay
+    from tests.kernels.support import kernel_row
+
+    cells = {"Input Shapes": '"16,64;64,32;32"', "Input Data Types": "DT_BF16;DT_BF16;DT_BF16", "Input Formats": "ND;ND;ND",
+             "Output Shapes": '"16,32"', "Output Data Types": "DT_BF16", "Output Formats": "ND"}
+    replay = get_replay("MatMulV2")
+    assert replay is not None
+    row = kernel_row("MatMulV2", cells)
+    args = replay.make_inputs(row, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert [tuple(t.shape) for t in replay.parameters(row, args)] == [(64, 32), (32,)]
+    assert get_replay("BatchMatMulV2").parameters(row, args) == ()  # type: ignore[union-attr]  # attention: activations
 
 
 def _sysfs_cache(root: Path, entries: list[tuple[int, str, str]]) -> Path:

@@ -11,10 +11,11 @@ import csv
 from pathlib import Path
 
 import pytest
+import torch
 
 from perf_plugin.ingest.list_dtypes import cat_element_bytes
 from perf_plugin.ingest.pipeline import ingest_path
-from tests.kernels.support import replay_on_cpu
+from tests.kernels.support import kernel_row, replay_of, replay_on_cpu
 
 TRACE = Path(__file__).parent / "fixtures" / "cuda" / "rope_cat_trace.json"
 
@@ -44,3 +45,18 @@ def test_only_batched_copy_kernels_of_one_element_size_say_the_size() -> None:
     assert cat_element_bytes([two]) == 2 and cat_element_bytes([two, two]) == 2
     assert cat_element_bytes([two, four]) is None  # mixed: no single size
     assert cat_element_bytes(["void at::native::copy_kernel(...)"]) is None  # the mixed-dtype path
+
+
+def test_a_cat_of_views_keeps_its_recorded_strides_and_replays_on_those_views(concat_rows: dict[str, dict[str, str]]) -> None:
+    """The rotate-half cat reads a slice of q (strides of the un-sliced [1,8,64,64]) and a
+    contiguous tensor; its kernel was the generic batched copy, while a cat of contiguous inputs
+    takes the vectorized one (the other row here): the strides are what tell them apart."""
+    rope = concat_rows['"1,8,64,64"']
+    assert rope["Input Strides"] == '"16384,2048,32,1;32768,4096,64,1"'
+    assert "CatArrayBatchedCopy<" in rope["Profiling Kernels"]
+    assert "CatArrayBatchedCopy_vectorized" in concat_rows['"1,8,128,64"']["Profiling Kernels"]
+    assert concat_rows['"1,8,128,64"'].get("Input Strides", "") == ""  # contiguous: nothing to record
+    replay = replay_of("ConcatD")
+    args = replay.make_inputs(kernel_row("ConcatD", rope), torch.device("cpu"), torch.Generator().manual_seed(0))
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    assert [t.stride() for t in tensors] == [(16384, 2048, 32, 1), (32768, 4096, 64, 1)]

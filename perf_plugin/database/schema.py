@@ -54,6 +54,11 @@ PROFILING_COUNT = "Profiling Count"  # launches aggregated into the row (written
 # in the format of ``MicroBench Kernels`` (perf_plugin.database.kernel_breakdown).
 PROFILING_KERNELS = "Profiling Kernels"
 RAW_DURATION = "Duration(us)"
+# A counter of PyTorch traces with device activity: 1 for a launch that began when the device had
+# finished every earlier activity (a host-bound phase such as decode), 0 for one queued behind
+# running work.  Its ``Profiling Average`` column is the share of the row's launches that began
+# on an idle device; ``--perf-cache-mode auto`` replays each row in the context it had.
+LAUNCHED_IDLE = "Launched Idle"
 
 # Microbench columns written back by a replay run.
 MICROBENCH_AVERAGE = "Average Duration(us)"

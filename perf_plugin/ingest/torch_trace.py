@@ -5,7 +5,8 @@ described by ``aten_mapping``.  Its duration is:
 
 * on a trace with device activity (CUDA): the summed device time of the kernels, memsets and
   device-to-device copies the operator launched (``Accelerator Core`` = ``CUDA``); operators that
-  launched nothing on the device are not rows;
+  launched nothing on the device are not rows.  The counter ``Launched Idle`` says whether the
+  operator's first kernel was launched onto an idle device (``trace_attribution.idle_launches``);
 * on a CPU-only trace: the operator's own wall time on the CPU (its ``dur``, which includes the
   operators it called), for operators that do work (views and allocations are left out);
   ``Accelerator Core`` = ``CPU``.
@@ -27,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.schema import DETAIL_COLUMNS, IDENTITY_COLUMNS
+from perf_plugin.database.schema import DETAIL_COLUMNS, IDENTITY_COLUMNS, LAUNCHED_IDLE
 from perf_plugin.ingest import columns as col
 from perf_plugin.ingest.aggregate import KERNEL_TIMES
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
@@ -107,11 +108,12 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
         record = {col.TYPE: mapped.kernel_type, **cells, col.DURATION: duration_us}
         if attribution.device_trace:
             record[KERNEL_TIMES] = sample.kernel_ns
+            record[LAUNCHED_IDLE] = float("nan") if sample.launched_idle is None else float(sample.launched_idle)
         records.append(record)
     summary.samples = len(records)
     table = ProfileTable(
         frame=_sample_frame(records, attribution.device_trace),
-        counters=[],
+        counters=[LAUNCHED_IDLE] if attribution.device_trace else [],
         sources=[trace.source] if trace.source is not None else [],
         kinds=[KIND_TORCH_TRACE],
         rows_read=summary.operators,
@@ -139,7 +141,7 @@ def _sample_frame(records: list[dict[str, Any]], device_trace: bool) -> pd.DataF
     """The samples as ingest's frame: cells as categories (few distinct values, many samples)."""
     columns = [col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS, col.DURATION]
     if device_trace:
-        columns.append(KERNEL_TIMES)
+        columns += [KERNEL_TIMES, LAUNCHED_IDLE]
     frame = pd.DataFrame.from_records(records, columns=columns)
     for name in (col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS):
         frame[name] = frame[name].astype("category")

@@ -57,6 +57,9 @@ class OpSample:
     activities: int = 0
     kernels: list[str] = field(default_factory=list)  # names of the device activities, in launch order
     kernel_ns: dict[str, int] = field(default_factory=dict)  # device time per activity name
+    # whether the operator's first device activity was launched when the device had finished all
+    # earlier work (None: no launch recorded for it)
+    launched_idle: bool | None = None
 
     def descendants(self) -> list[TraceOp]:
         return self.op.descendants()
@@ -140,7 +143,8 @@ def attribute(trace: TraceData) -> Attribution:
             return owners[position]
         return None
 
-    for activity in trace.activities:
+    idle = idle_launches(trace.activities, launches)
+    for index, activity in enumerate(trace.activities):
         owner = _owner(activity, launches, ops_by_external, owner_at)
         if is_communication_kernel(activity.name) or (owner is not None and _under_communication(owner)):
             attribution.communication[_communication_label(owner, activity)] += 1
@@ -152,11 +156,33 @@ def attribute(trace: TraceData) -> Attribution:
             attribution.unattributed[activity.name.split("(")[0][:80]] += 1
             continue
         sample = samples[id(owner)]
+        if sample.activities == 0:
+            sample.launched_idle = idle.get(index)
         sample.device_ns += activity.duration_ns
         sample.activities += 1
         sample.kernels.append(activity.name)
         sample.kernel_ns[activity.name] = sample.kernel_ns.get(activity.name, 0) + activity.duration_ns
     return attribution
+
+
+def idle_launches(activities: list[DeviceActivity], launches: Mapping[int, Launch]) -> dict[int, bool]:
+    """Per activity (its index) with a recorded launch: whether the launch began after every
+    activity that started before it on the device had ended.
+
+    A host-bound phase (decode in eager mode) launches each kernel onto an idle device; a
+    device-bound one (prefill) queues kernels behind running work.  Which one a kernel ran in
+    changes its duration: launched idle after other kernels evicted the cache, a 4096-element
+    add takes 1.4 us on an H100, 1.1 us queued (``reproduce/wip/launch_context_effect.py``).
+    """
+    busy_until = -1
+    idle: dict[int, bool] = {}
+    for index in sorted(range(len(activities)), key=lambda i: activities[i].start_ns):
+        activity = activities[index]
+        launch = launches.get(activity.correlation) if activity.correlation is not None else None
+        if launch is not None:
+            idle[index] = launch.start_ns >= busy_until
+        busy_until = max(busy_until, activity.start_ns + activity.duration_ns)
+    return idle
 
 
 def _owner(

@@ -104,6 +104,15 @@ class OpReplay(ABC):
             raise TypeError(f"{type(self).__name__} declares no npu_api")
         return ApiCall(self.npu_api, args, kwargs, select)
 
+    def parameters(self, row: KernelRow, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The tensors among ``args`` (what ``make_inputs`` built) that hold a model's parameters.
+
+        A model reads its weights from memory, not from what the previous kernel left in the
+        cache, so the ``produced`` cache mode leaves them out of the cache while it rewrites the
+        other inputs.  None by default: every input is an activation.
+        """
+        return ()
+
     def reference(self, *args: Any) -> "torch.Tensor | tuple[torch.Tensor, ...]":
         return self.run(*[_to_reference(a) for a in args])
 

@@ -8,18 +8,33 @@
   still come from the allocator's cache.  Copies are capped (``MAX_ROTATION_COPIES``): inputs
   so small that the capped cycle fits in the cache stay cached, as activations just written by
   the previous kernel do in a model (for those, ``cold`` is the mode that misses).
-* ``produced``: before every repeat, outside the timed range, the cache is flushed and then the
+* ``produced``: before every repeat, outside the timed range, the cache is evicted (by reading a
+  buffer twice its size, leaving clean lines as a model's weight reads do) and then the
   inputs are rewritten in place, as the kernel that produced them in a model leaves them: the
   inputs (as much of them as the cache holds) in the cache, everything else evicted, the timed
-  kernel's own code and parameters included.
+  kernel's own code and the model's parameters among its inputs included.
+* ``idle``: before every repeat, outside the timed range, the cache is evicted (read, as for
+  ``produced``), and the repeat is launched only once the device has finished all earlier work, as a host-bound phase of a model
+  (decode) launches its kernels: onto an idle device whose cache other kernels overwrote.
+
+Ingest records the launch context a PyTorch trace shows (``Profiling Average Launched Idle``: the
+share of a row's launches that began on an idle device).  Choosing ``idle`` for rows launched
+idle and ``produced`` for the others was measured on an H100 (``benchmarks/model_coverage.py``)
+and landed fewer rows within 10 % of their in-model durations than one mode for all: eager model
+runs launch almost every kernel onto an idle device, prefill included, so the share does not
+tell the rows apart.
 
 Only as many copies are built as there are calls (warm-up + repeats): when the cycle is longer,
 each copy is used once, and one flush after building them stands in for the traffic of the
 copies never built (``rotation_plan``).  So a cycle of 1024 copies costs 35 copies and a flush.
 
 Which mode is closest to the durations the same kernels had inside a real model run is a
-measurement (``reproduce/wip/cache_modes_vs_model.py``); ``auto``, the default, follows it per
-backend (``Backend.auto_cache_mode``).
+measurement (``benchmarks/model_coverage.py``); ``auto``, the default, follows it per backend
+(``Backend.auto_cache_mode``).  ``produced`` leaves a model's parameters out of its rewrite
+(``OpReplay.parameters``: a linear layer's weight, an MoE layer's experts): a model reads those
+from memory, and rewriting them made decode GEMMs of a Llama model 1.13-1.20x their in-model
+duration on an H100, where the other inputs in the cache and the weights out of it landed
+0.97-0.99x.
 """
 
 from __future__ import annotations
@@ -29,10 +44,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-CACHE_MODES = ("auto", "warm", "cold", "rotate", "produced")
+CACHE_MODES = ("auto", "warm", "cold", "rotate", "produced", "idle")
 DEFAULT_CACHE_MODE = "auto"
-# What ``auto`` means per backend (``Backend.auto_cache_mode``).  CUDA: measured on an H100 against four Llama-3.1-8B decoder
-# layers profiled in a model run (README, "Cache modes").  The CPU and NPUs stay warm: on the CPU
+# What ``auto`` means per backend (``Backend.auto_cache_mode``).  CUDA: measured on an H100 against
+# three decoder models profiled in a model run (README, "Coverage of real profiles").  The CPU and NPUs stay warm: on the CPU
 # no mode was measured closer, and rotating copies of a last-level cache of hundreds of MB would
 # cost memory and time; under msprof the other modes' extra kernels would be counted.
 # Larger than any current accelerator's last-level cache (H100 50 MB, H200 60 MB, B200 126 MB,
@@ -148,17 +163,37 @@ def cache_flush(buffer: Any) -> Callable[[], Any]:
     return flush
 
 
-def input_storages(value: Any) -> list[Any]:
-    """Every distinct storage the tensors of ``value`` view, once each, as flat byte tensors.
+def cache_evict(buffer: Any) -> Callable[[], Any]:
+    """A no-argument call that reads ``buffer`` (evicting whatever the cache held, and leaving it
+    full of clean lines, as a model's weight-reading kernels leave it).
+
+    Overwriting instead leaves the cache full of dirty lines, whose write-back the next kernel
+    pays: on an H100 that made decode GEMMs of a Llama model 1.21x their in-model duration,
+    element-wise kernels of a few microseconds up to 1.5x.
+    """
+    import torch
+
+    words = buffer.view(torch.int32)
+
+    def evict() -> Any:
+        return words.amax()
+
+    return evict
+
+
+def input_storages(value: Any, exclude: Any = ()) -> list[Any]:
+    """Every distinct storage the tensors of ``value`` view, once each, as flat byte tensors,
+    but those the tensors of ``exclude`` view.
 
     The whole storage, not the view: an expanded or strided input is rewritten without writing
     one element twice, and a storage two inputs share is rewritten once.
     """
+    left_out = {(t.device, t.untyped_storage().data_ptr()) for t in _tensors(exclude)}
     seen: dict[tuple[Any, int], Any] = {}
     for tensor in _tensors(value):
         storage = tensor.untyped_storage()
         key = (tensor.device, storage.data_ptr())
-        if key not in seen and storage.nbytes():
+        if key not in seen and key not in left_out and storage.nbytes():
             import torch
 
             seen[key] = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage)

@@ -7,6 +7,7 @@ and outputs are released before returning, whatever happens, so memory stays fla
 
 from __future__ import annotations
 
+import functools
 import gc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from perf_plugin.replay.base import CaseBuildError
 from perf_plugin.replay.cache_modes import (
     FALLBACK_CACHE_BYTES,
     MAX_ROTATION_COPIES,
+    cache_evict,
     cache_flush,
     input_storages,
     produce_inputs,
@@ -90,27 +92,42 @@ class ReplayRunner:
             self._cache_bytes = self.backend.cache_bytes() or FALLBACK_CACHE_BYTES
         return self._cache_bytes
 
-    def _flush(self) -> Any:
-        """A call overwriting twice the cache (a write of exactly its size may leave lines behind)."""
+    def _buffer(self) -> Any:
+        """Twice the cache (a pass over exactly its size may leave lines behind), built once."""
         if self._flush_buffer is None:
             import torch
 
             size = 2 * self._last_level_cache()
-            self._flush_buffer = torch.empty(size, dtype=torch.uint8, device=self.backend.torch_device())
-        return cache_flush(self._flush_buffer)
+            self._flush_buffer = torch.zeros(size, dtype=torch.uint8, device=self.backend.torch_device())
+        return self._flush_buffer
 
-    def _before_repeat(self, args: tuple[Any, ...]) -> Any:
-        """What runs outside the timed range before every repeat: the flush (cold mode), or the
-        flush and a rewrite of the inputs ``args`` (produced mode)."""
-        if self.cache_mode == "cold":
+    def _flush(self) -> Any:
+        """A call overwriting twice the cache."""
+        return cache_flush(self._buffer())
+
+    def _evict(self) -> Any:
+        """A call reading twice the cache."""
+        return cache_evict(self._buffer())
+
+    def _before_repeat(self, args: tuple[Any, ...], mode: str, parameters: tuple[Any, ...] = ()) -> Any:
+        """What runs outside the timed range before every repeat: the flush (cold mode), the
+        eviction (idle mode), or the eviction and a rewrite of the inputs ``args`` but the model
+        parameters among them (produced mode: a model reads its weights from memory)."""
+        if mode == "cold":
             return self._flush()
-        if self.cache_mode == "produced":
-            return produce_inputs(self._flush(), input_storages(args))
+        if mode == "idle":
+            return self._evict()
+        if mode == "produced":
+            return produce_inputs(self._evict(), input_storages(args, exclude=parameters))
         return None
 
-    def _timed_call(self, function: Any, args: tuple[Any, ...]) -> Any:
-        """The call the warm-up and repeats run: on the same inputs, or (rotate) on rotating copies."""
-        if self.cache_mode != "rotate":
+    def _timed_call(self, function: Any, args: tuple[Any, ...], mode: str) -> Any:
+        """The call the warm-up and repeats run: on the same inputs, on rotating copies (rotate),
+        or launched once the device is idle (idle: the wait is on the host, so the timed range
+        holds no work but the call's)."""
+        if mode == "idle":
+            return _after_idle(self.backend.synchronize, function, args)
+        if mode != "rotate":
             return _bind(function, args)
         calls = self.warmup_count + self.repeat_count
         count, flush_once = rotation_plan(tensor_bytes(args), self._last_level_cache(), calls, self.rotate_max_copies)
@@ -142,6 +159,7 @@ class ReplayRunner:
         if replay is None:
             raise CaseSkip(f"no replay for kernel type {case.ref.kernel_type}")
         self._check_memory(case)
+        mode = self.cache_mode
         device = self.backend.torch_device()
         args: tuple[Any, ...] = ()
         try:
@@ -164,17 +182,20 @@ class ReplayRunner:
                 raise CaseFailure(str(exc)) from None
             del outputs, reference
             try:
-                run_once = self._timed_call(function, call_args)
+                run_once = self._timed_call(function, call_args, mode)
             except RuntimeError as exc:
                 if "out of memory" in str(exc).lower():
-                    raise CaseSkip(f"out of device memory for the {self.cache_mode} cache mode") from None
+                    raise CaseSkip(f"out of device memory for the {mode} cache mode") from None
                 raise
             for _ in range(self.warmup_count):
                 run_once()
-            self.collector.measure(case.ref, run_once, self.repeat_count, self._before_repeat(args))
+            before_repeat = self._before_repeat(args, mode, replay.parameters(case.row, args))
+            self.collector.measure(case.ref, run_once, self.repeat_count, before_repeat)
             del run_once, function, call_args  # releases rotating copies of the inputs with the inputs
             if self.candidate_judge is not None:
-                self.candidate_judge.judge(case, replay, args, self._timed_call, self._before_repeat(args))
+                self.candidate_judge.judge(
+                    case, replay, args, functools.partial(self._timed_call, mode=mode), before_repeat
+                )
         finally:
             del args
             self._release(case.row.nbytes)
@@ -195,3 +216,12 @@ def _bind(function: Any, args: tuple[Any, ...]) -> Any:
         return function(*args)
 
     return run_once
+
+
+def _after_idle(synchronize: Any, function: Any, args: tuple[Any, ...]) -> Any:
+    def run_once() -> Any:
+        synchronize()
+        return function(*args)
+
+    return run_once
+

@@ -161,7 +161,13 @@ def tensor_list_arg(op: TraceOp, index: int) -> list[Tensor] | None:
     dims = op.dims[index]
     if not isinstance(dims, list) or not all(is_int_list(d) for d in dims):
         return None
-    return [Tensor(tuple(d), "") for d in dims]
+    # exported traces record a list's strides as a list per element (``[[16384, 2048, 32, 1], ...]``)
+    listed = op.strides[index] if index < len(op.strides) else None
+    strides = listed if isinstance(listed, list) and len(listed) == len(dims) else [None] * len(dims)
+    return [
+        Tensor(tuple(d), "", tuple(s) if is_int_list(s) and len(s) == len(d) else None)
+        for d, s in zip(dims, strides)
+    ]
 
 
 def concrete_arg(op: TraceOp, index: int) -> Any:

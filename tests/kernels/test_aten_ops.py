@@ -144,3 +144,8 @@ def test_fp8_gemms_replay_with_a_float64_reference() -> None:
     assert type(replay).__name__ == "ScaledMmReplay"
     outputs, reference = replay_on_cpu("aten._scaled_mm", cells)
     assert outputs.dtype == torch.bfloat16 and reference.dtype == torch.float64
+    # the weight (column-major, the second operand) and its scale are the layer's parameters
+    row = kernel_row("aten._scaled_mm", cells)
+    args = replay.make_inputs(row, torch.device("cpu"), torch.Generator().manual_seed(0))
+    weight, weight_scale = replay.parameters(row, args)
+    assert weight is args[3][1] and weight.stride() == (1, 128) and weight_scale is args[3][3]

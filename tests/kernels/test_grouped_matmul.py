@@ -215,3 +215,12 @@ def test_a_cpu_trace_of_grouped_mm_becomes_a_grouped_matmul_row(tmp_path: Path) 
     ]  # fmt: skip
     replay_on_cpu(GMM, dict(row.cells))
     assert (tmp_path / "db" / "GroupedMatmul.csv").exists()
+
+
+@pytest.mark.parametrize(("cells", "shapes"), [(BF16_GMM, [(8, 256, 512)]), (W8A8_GMM, [(4, 256, 256), (4, 256)])], ids=["bf16", "w8a8"])
+def test_the_experts_weights_and_scales_are_the_rows_parameters(cells: dict[str, str], shapes: list[tuple[int, ...]]) -> None:
+    """What the ``produced`` cache mode leaves cold: a model reads its experts' weights from memory."""
+    replay = replay_of(GMM)
+    row = kernel_row(GMM, cells)
+    args = replay.make_inputs(row, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert [tuple(t.shape) for t in replay.parameters(row, args)] == shapes

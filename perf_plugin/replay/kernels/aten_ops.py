@@ -182,3 +182,12 @@ class ScaledMmReplay(AtenOpReplay):
         a, b, scale_a, scale_b, bias = (operand(i) for i in range(5))
         product = (a @ b) * scale_a * scale_b
         return product if bias is None else product + bias
+
+    def parameters(self, row: KernelRow, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """An FP8 linear layer: the second operand is its weight (with its scale)."""
+        _, _, template, tensors, _ = args
+        return tuple(
+            tensors[int(template[position]["tensor"])]
+            for position in (1, 3)
+            if position < len(template) and isinstance(template[position], dict)
+        )

@@ -180,6 +180,10 @@ class GroupedMatmulReplay(OpReplay):
             kwargs.update(scale=[scale], per_token_scale=[pts], output_dtype=y.torch_dtype())
         return self.api_call([x], [maybe_nz(row.inputs[1], w)], select=(0,), **kwargs)
 
+    def parameters(self, row: KernelRow, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The experts' weights, and their scales where the GEMM is quantised."""
+        return tuple(value for value in args[1:3] if value is not None)
+
     def run(
         self, x: "torch.Tensor", w: "torch.Tensor", scale: "torch.Tensor | None", pts: "torch.Tensor | None",
         group_list: "torch.Tensor", list_type: int, offsets: "torch.Tensor", groups: Groups,

@@ -291,6 +291,11 @@ class MatMulReplay(_MatmulFamily):
             )
         return _matrix_layout(row, a, b, out)
 
+    def parameters(self, row: KernelRow, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A 2-D GEMM in a model is a linear layer (trace ingest maps ``linear``, ``addmm`` and
+        ``mm`` here): ``B`` is its weight, and a bias too."""
+        return (args[1], *args[2:3])
+
     def run(self, a: "torch.Tensor", b: "torch.Tensor", bias: "torch.Tensor | None" = None) -> "torch.Tensor":
         if bias is None:
             return a.mm(b)

@@ -69,7 +69,10 @@ def _trace_cat(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
         out = list(shaped[0].shape)
         out[dim] = sum(t.shape[dim] for t in shaped)
         outputs = (Slot(tuple(out), ""),)
-    return MappedOp("ConcatD", tuple(Slot(t.shape, "") for t in tensors), outputs)
+    # the strides of the listed inputs choose the kernel: cat of views (a rotate-half of q/k
+    # slices) takes the generic copy, of contiguous tensors the vectorized batched copy
+    strides = tuple(t.strides for t in tensors)
+    return MappedOp("ConcatD", tuple(Slot(t.shape, "") for t in tensors), outputs, strides=strides)
 
 
 def _gather(weight: Tensor, indices: Tensor) -> MappedOp:
