@@ -13,6 +13,7 @@ from perf_plugin.replay.cache_modes import (
     COPY_ALIGNMENT,
     MAX_ROTATION_COPIES,
     clone_inputs,
+    cache_mode_label,
     effective_cache_mode,
     input_storages,
     produce_inputs,
@@ -20,6 +21,7 @@ from perf_plugin.replay.cache_modes import (
     rotating,
     rotation_copies,
     rotation_plan,
+    row_cache_mode,
     tensor_bytes,
 )
 from perf_plugin.results import CaseRef
@@ -73,7 +75,7 @@ def test_rotation_copies_honour_a_smaller_cap() -> None:
 
 @pytest.mark.parametrize(
     ("setting", "backend", "expected"),
-    [("auto", "cuda", "produced"), ("auto", "cpu", "warm"), ("auto", "npu", "warm"), ("cold", "cpu", "cold"), ("warm", "cuda", "warm")],
+    [("auto", "cuda", "rotate"), ("auto", "cpu", "warm"), ("auto", "npu", "warm"), ("cold", "cpu", "cold"), ("warm", "cuda", "warm")],
 )
 def test_auto_resolves_per_backend_and_explicit_modes_win(setting: str, backend: str, expected: str) -> None:
     assert effective_cache_mode(setting, backend) == expected
@@ -233,6 +235,44 @@ def test_produced_mode_leaves_the_models_parameters_out_of_the_rewrite() -> None
     with torch.autograd.profiler.profile(record_shapes=True) as prof:
         produce()
     assert [e.input_shapes[0] for e in prof.function_events if e.name == "aten::mul_"] == [[128]]  # x's bytes only
+
+
+@pytest.mark.parametrize(
+    ("profiled_us", "produced_from_us", "expected"),
+    [(2.0, 2.0, "produced"), (37.0, 2.0, "produced"), (1.99, 2.0, "rotate"), (None, 2.0, "rotate"), (37.0, None, "rotate")],
+)
+def test_auto_replays_profiled_rows_of_longer_kernels_in_produced(
+    profiled_us: float | None, produced_from_us: float | None, expected: str
+) -> None:
+    assert row_cache_mode("rotate", profiled_us, produced_from_us) == expected
+
+
+def test_the_runner_picks_each_cases_mode_from_its_profile() -> None:
+    """Two Add rows, profiled at 40 us and at 1 us, on a CPU backend told to choose as CUDA does:
+    the first is timed with the produced rewrite before its repeats, the second without."""
+    from perf_plugin.replay.tensors import kernel_row_from_cells
+
+    seen: dict[str, object] = {}
+
+    class Recording:
+        kind = "in-process"
+
+        def measure(self, ref: CaseRef, run_once: object, repeats: int, before_repeat: object = None) -> None:
+            seen[ref.case_id] = before_repeat
+
+    runner = ReplayRunner(SmallCacheCpu(4096), collector=Recording(), repeat_count=2, warmup_count=0,  # type: ignore[arg-type]
+                          cache_mode="rotate", produced_from_us=2.0)
+    cells = {"Input Shapes": '"8,16;8,16"', "Input Data Types": "FLOAT;FLOAT", "Input Formats": "ND;ND",
+             "Output Shapes": '"8,16"', "Output Data Types": "FLOAT", "Output Formats": "ND"}
+    row = kernel_row_from_cells("Add", cells)
+    for case_id, profiled in (("long", 40.0), ("short", 1.0)):
+        runner.run(Case(CaseRef(case_id, "Add", "Add.csv", 2, "Add"), STATUS_READY, row=row, profiled_us=profiled))
+    assert seen["long"] is not None and seen["short"] is None
+
+
+def test_the_cuda_header_names_the_per_row_choice() -> None:
+    assert cache_mode_label("auto", "cuda") == "rotate (produced for rows profiled at 2 us or more)"
+    assert cache_mode_label("produced", "cuda") == "produced" and cache_mode_label("auto", "cpu") == "warm"
 
 
 def test_gemm_replays_name_their_weights_as_parameters() -> None:

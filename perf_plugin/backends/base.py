@@ -27,6 +27,9 @@ class Backend(ABC):
     launches_named_apis: bool = False
     # What ``--perf-cache-mode auto`` means here (perf_plugin.replay.cache_modes says why).
     auto_cache_mode: str = "warm"
+    # ``auto``: rows whose profile shows a kernel of at least this many microseconds are replayed
+    # in ``produced`` (None: every row in ``auto_cache_mode``)
+    auto_produced_from_us: float | None = None
     # The torch.profiler activity that records this backend's kernels (a ProfilerActivity name),
     # and whether the in-process collector switches collection on only around the timed repeats
     # (the CPU, where every operator is an event) rather than for the whole batch.

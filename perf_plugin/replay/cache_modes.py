@@ -30,11 +30,16 @@ copies never built (``rotation_plan``).  So a cycle of 1024 copies costs 35 copi
 
 Which mode is closest to the durations the same kernels had inside a real model run is a
 measurement (``benchmarks/model_coverage.py``); ``auto``, the default, follows it per backend
-(``Backend.auto_cache_mode``).  ``produced`` leaves a model's parameters out of its rewrite
-(``OpReplay.parameters``: a linear layer's weight, an MoE layer's experts): a model reads those
-from memory, and rewriting them made decode GEMMs of a Llama model 1.13-1.20x their in-model
-duration on an H100, where the other inputs in the cache and the weights out of it landed
-0.97-0.99x.
+(``Backend.auto_cache_mode``) and, on CUDA, per row: a row whose profile shows a kernel of at
+least 2 us is replayed in ``produced``, others in ``rotate`` (``row_cache_mode``).  On an H100,
+over three decoder models, ``produced`` put 4-7 points more of the replayed kernel time within
+10 % of its in-model duration than ``rotate``, but costs ~0.3 ms per repeat (the eviction);
+kernels under 2 us miss by about as much in every mode (their in-model time is launch latency
+after other kernels), so they, and rows without a profile, keep the cheap mode.  ``produced``
+leaves a model's parameters out of its rewrite (``OpReplay.parameters``: a linear layer's
+weight, an MoE layer's experts): a model reads those from memory, and rewriting them made decode
+GEMMs of a Llama model 1.13-1.20x their in-model duration, where the other inputs in the cache
+and the weights out of it landed 0.97-0.99x.
 """
 
 from __future__ import annotations
@@ -64,6 +69,29 @@ def effective_cache_mode(setting: str, backend_name: str) -> str:
     from perf_plugin.backends.select import backend_class
 
     return backend_class(backend_name).auto_cache_mode
+
+
+def cache_mode_label(setting: str, backend_name: str) -> str:
+    """The run's mode as its header and report name it: the effective mode, and where ``auto``
+    chooses per row, which rows get ``produced``."""
+    mode = effective_cache_mode(setting, backend_name)
+    if setting != "auto":
+        return mode
+    from perf_plugin.backends.select import backend_class
+
+    produced_from = backend_class(backend_name).auto_produced_from_us
+    if produced_from is None:
+        return mode
+    return f"{mode} (produced for rows profiled at {produced_from:g} us or more)"
+
+
+def row_cache_mode(mode: str, profiled_us: float | None, produced_from_us: float | None) -> str:
+    """``auto``'s mode for one row where the backend replays profiled rows in ``produced``: a row
+    whose profile shows a kernel of at least ``produced_from_us`` microseconds gets ``produced``,
+    others (shorter kernels, rows never profiled) ``mode``."""
+    if produced_from_us is None or profiled_us is None or profiled_us < produced_from_us:
+        return mode
+    return "produced"
 
 
 def tensor_bytes(value: Any) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Generator
 
 import pytest
 
-from perf_plugin.replay.cache_modes import effective_cache_mode
+from perf_plugin.replay.cache_modes import cache_mode_label
 from perf_plugin.report import benchmark_bridge
 from perf_plugin.run.state import RUN_STATE, RunState
 
@@ -64,7 +64,7 @@ def feed_benchmark_session(config: pytest.Config) -> int:
             state.backend_name,
             settings.repeat_count,
             settings.warmup_count,
-            effective_cache_mode(settings.cache_mode, state.backend_name),
+            cache_mode_label(settings.cache_mode, state.backend_name),
         ),
     )
 

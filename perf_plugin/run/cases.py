@@ -66,6 +66,7 @@ class Case:
     row: KernelRow | None = None
     replay_kernel_type: str = ""  # whose replay runs this row (differs through op_mapping.yaml aliases)
     weight_us: float = 0.0  # the row's profiled time (coverage by time)
+    profiled_us: float | None = None  # the row's in-model average duration (None: never profiled)
 
     @property
     def runnable(self) -> bool:
@@ -97,9 +98,10 @@ def _row_case(
 
     ref = CaseRef(base_id, kernel_type, csv_file, line, signature_key)
     weight = profiled_time_us(cells)
+    profiled = parse_duration(cells.get(PROFILING_AVERAGE, ""))
 
     def case(status: str, reason: str = "", row: KernelRow | None = None) -> Case:
-        return Case(ref, status, reason, row, weight_us=weight)
+        return Case(ref, status, reason, row, weight_us=weight, profiled_us=profiled)
 
     try:
         row = kernel_row_from_cells(kernel_type, cells)

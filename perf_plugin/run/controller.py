@@ -15,7 +15,7 @@ from typing import Any
 
 from perf_plugin.backends.select import backend_class
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.replay.cache_modes import effective_cache_mode
+from perf_plugin.replay.cache_modes import cache_mode_label
 from perf_plugin.results import (
     OUTCOME_FAILED,
     OUTCOME_NO_REPLAY,
@@ -110,7 +110,7 @@ def build_summary(state: RunState, command: list[str]) -> RunSummary:
         update_mode=settings.update_mode,
         repeat_count=settings.repeat_count,
         warmup_count=settings.warmup_count,
-        cache_mode=effective_cache_mode(settings.cache_mode, state.backend_name),
+        cache_mode=cache_mode_label(settings.cache_mode, state.backend_name),
         repeat_markers=settings.repeat_markers,
         command=command,
         results=merged_results(state),

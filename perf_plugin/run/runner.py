@@ -24,6 +24,7 @@ from perf_plugin.replay.cache_modes import (
     produce_inputs,
     replicate_inputs,
     rotating,
+    row_cache_mode,
     rotation_plan,
     tensor_bytes,
 )
@@ -65,6 +66,8 @@ class ReplayRunner:
     warmup_count: int
     seed: int = 0
     cache_mode: str = "warm"  # an effective mode (cache_modes.effective_cache_mode), never "auto"
+    # ``auto`` where the backend replays profiled rows in ``produced`` (Backend.auto_produced_from_us)
+    produced_from_us: float | None = None
     rotate_max_copies: int = MAX_ROTATION_COPIES
     # --perf-candidate: judges the row's candidate on the same inputs after the reference is timed
     candidate_judge: "CandidateJudge | None" = None
@@ -161,7 +164,7 @@ class ReplayRunner:
         if replay is None:
             raise CaseSkip(f"no replay for kernel type {case.ref.kernel_type}")
         self._check_memory(case)
-        mode = self.cache_mode
+        mode = row_cache_mode(self.cache_mode, case.profiled_us, self.produced_from_us)
         device = self.backend.torch_device()
         args: tuple[Any, ...] = ()
         try:

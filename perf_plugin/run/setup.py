@@ -20,7 +20,7 @@ import pytest
 from perf_plugin import options
 from perf_plugin.backends.select import backend_class
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.replay.cache_modes import effective_cache_mode
+from perf_plugin.replay.cache_modes import cache_mode_label
 from perf_plugin.run.location import DeviceIdentity, describe_location, resolve_location
 from perf_plugin.run.state import RUN_STATE, ControllerState, RunState
 
@@ -125,7 +125,7 @@ def header_lines(config: pytest.Config) -> list[str]:
     lines = [
         f"perf: backend {state.backend_name} ({state.device_name}), "
         f"{state.settings.repeat_count} repeats after {state.settings.warmup_count} warm-up, "
-        f"{effective_cache_mode(state.settings.cache_mode, state.backend_name)} cache",
+        f"{cache_mode_label(state.settings.cache_mode, state.backend_name)} cache",
         f"perf: database {describe_location(state.location)}",
     ]
     return lines + [f"perf: {note}" for note in state.notes]
