@@ -313,29 +313,19 @@ def test_instruction_cache_never_counts(tmp_path: Path) -> None:
 ROWS = ['dynamic,AI_VECTOR_CORE,"""8,128;8,128""",FLOAT;FLOAT,ND;ND,"""8,128""",FLOAT,ND']
 
 
-def test_rotate_mode_runs_and_is_reported(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("mode", ["rotate", "produced", "idle"])
+def test_a_non_warm_mode_runs_and_is_reported(pytester: pytest.Pytester, mode: str) -> None:
     pytester.makepyfile(test_kernels=BENCH_TEST)
     db = write_csv(pytester.path / "db" / "Add.csv", HEADER, ROWS).parent
     result = pytester.runpytest("--database-path", str(db), "--repeat-count", "3", "--warmup-count", "1",
-                                "-p", "no:cacheprovider", "--cache-mode", "rotate")
+                                "-p", "no:cacheprovider", "--cache-mode", mode)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*3 repeats after 1 warm-up, rotate cache*"])
+    result.stdout.fnmatch_lines([f"*3 repeats after 1 warm-up, {mode} cache*"])
     report = json.loads(next((db / "reports").glob("run_report_*.json")).read_text())
-    assert report["replay_run"]["cache_mode"] == "rotate"
-    markdown = next((db / "reports").glob("replay_report_*.md")).read_text()
-    assert "| cache mode | rotate |" in markdown
-
-
-def test_produced_mode_runs_and_is_reported(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_kernels=BENCH_TEST)
-    db = write_csv(pytester.path / "db" / "Add.csv", HEADER, ROWS).parent
-    result = pytester.runpytest("--database-path", str(db), "--repeat-count", "3", "--warmup-count", "1",
-                                "-p", "no:cacheprovider", "--cache-mode", "produced")
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*3 repeats after 1 warm-up, produced cache*"])
-    report = json.loads(next((db / "reports").glob("run_report_*.json")).read_text())
-    assert report["replay_run"]["cache_mode"] == "produced"
+    assert report["replay_run"]["cache_mode"] == mode
     assert report["results"][0]["outcome"] == "passed"
+    markdown = next((db / "reports").glob("replay_report_*.md")).read_text()
+    assert f"| cache mode | {mode} |" in markdown
 
 
 def test_auto_mode_is_warm_on_the_cpu(pytester: pytest.Pytester) -> None:
