@@ -30,7 +30,6 @@ from perf_plugin.replay.cache_modes import (
 )
 from perf_plugin.replay.registry import get_replay
 from perf_plugin.replay.verify import VerificationError, verify_outputs
-from perf_plugin.run.native_heap import TRIM_EVERY_CASES, trim_native_heap
 
 if TYPE_CHECKING:
     from perf_plugin.backends.base import Backend
@@ -72,7 +71,6 @@ class ReplayRunner:
     # --perf-candidate: judges the row's candidate on the same inputs after the reference is timed
     candidate_judge: "CandidateJudge | None" = None
     _flush_buffer: Any = None
-    _cases_run: int = 0
     _cache_bytes: int | None = None
     _free_seen: int | None = None
 
@@ -208,9 +206,6 @@ class ReplayRunner:
     def _release(self, case_bytes: int) -> None:
         # Inputs and outputs are freed by reference counting when ``args`` goes out of scope;
         # collecting garbage costs ~0.6 ms, so it is done only where it matters.
-        self._cases_run += 1
-        if self._cases_run % TRIM_EVERY_CASES == 0:
-            trim_native_heap()  # freed host tensors stay resident in the C heap otherwise
         if case_bytes >= RELEASE_CACHE_BYTES:
             gc.collect(0)
             # The caching allocator keeps freed blocks; after a large case, return them so one
