@@ -22,6 +22,7 @@ runs ``bench/test_kernels.py``).
     python benchmarks/bench_overhead.py --backend cpu --cases 1000 --repeats 30
     python benchmarks/bench_overhead.py --backend cuda --cases 3000 --repeats 30 --rounds 3
     python benchmarks/bench_overhead.py --backend cpu --cases 10000 --memory-only
+    python benchmarks/bench_overhead.py --backend cpu --cases 20000 --memory-only --one-shape
     python benchmarks/bench_overhead.py --backend cpu --cases 2000 --memory-only --tracemalloc
 
 Expected output: a line per round, then the medians: whole-run wall time, cases/s and peak RSS
@@ -244,10 +245,12 @@ def small_shape(k: int) -> tuple[int, int]:
     return 1 + k % 97, 128 + 16 * (k // 97)
 
 
-def write_database(directory: Path, cases: int) -> None:
+def write_database(directory: Path, cases: int, one_shape: bool = False) -> None:
+    """``cases`` Add rows, of distinct growing shapes or (``one_shape``) all of the first one:
+    the second separates what a row costs from what its tensors' sizes cost."""
     rows = []
     for k in range(cases):
-        rows_, cols = small_shape(k)
+        rows_, cols = small_shape(0 if one_shape else k)
         shape = f"{rows_},{cols}"
         rows.append(f'dynamic,AI_VECTOR_CORE,"""{shape};{shape}""",FLOAT;FLOAT,ND;ND,"""{shape}""",FLOAT,ND')
     (directory / "Add.csv").write_text("\n".join([HEADER, *rows]) + "\n")
@@ -307,6 +310,8 @@ def main() -> int:
                         help="pytest sides load only pytest's own plugins and the perf plugin "
                              "(PYTEST_DISABLE_PLUGIN_AUTOLOAD=1): pytest's cost without the other plugins installed here")
     parser.add_argument("--memory-only", action="store_true", help="only the pytest run: wall time, peak RSS and device memory")
+    parser.add_argument("--one-shape", action="store_true",
+                        help="with --memory-only: every row of one shape (per-row bookkeeping without growing tensors)")
     parser.add_argument("--tracemalloc", action="store_true",
                         help="with --memory-only: trace Python allocations and print, per row, the memory alive at the "
                              "end minus at collection by _pytest/*, perf_plugin/* and other (tracing slows the run and "
@@ -330,7 +335,7 @@ def main() -> int:
             scratch = Path(tmp)
             db = scratch / "db"
             db.mkdir()
-            write_database(db, args.cases)
+            write_database(db, args.cases, args.one_shape)
             if args.tracemalloc:
                 warmup = scratch / "warmup"
                 warmup.mkdir()
