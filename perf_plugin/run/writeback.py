@@ -184,12 +184,18 @@ def _apply_results(
     when none matches and the result names its kernel); returns the rows written."""
     touched: set[int] = set()
     columns_ready = False
+    # Rows that share a signature (a MatMul with the weight transposed or not: one M, K, N) are
+    # each measured by their own case: a case's result goes to its own row, not to all of them.
+    # Found by line, not by scanning the signature's rows: a file of many rows of one signature
+    # would make write-back quadratic (100,000 such rows took over 15 minutes).
+    row_at_line = {table.line_of(r): r for r in range(len(table))}
+    key_of = {r: key for key, rows in index.items() for r in rows}
     for result in results:
         rows = index.get(result.ref.signature_key, [])
-        # Rows that share a signature (a MatMul with the weight transposed or not: one M, K, N) are
-        # each measured by their own case: a case's result goes to its own row, not to all of them.
-        own = [r for r in rows if _target_file(result) == result.ref.csv_file and table.line_of(r) == result.ref.row_line]
-        rows = own or rows
+        line = result.ref.row_line if _target_file(result) == result.ref.csv_file else None
+        own = row_at_line.get(line) if line is not None else None
+        if own is not None and key_of.get(own) == result.ref.signature_key:
+            rows = [own]
         if request.update_mode == "missing-only":
             rows = [r for r in rows if not row_has_valid_duration(table, r) or r in touched]
         if not rows:
