@@ -141,10 +141,10 @@ def _write_file(
     summary = FileWriteback(csv_file)
     table = CsvTable.read(path) if path.exists() else CsvTable.new(IDENTITY_COLUMNS)
     index = _signature_index(table, kernel_type)
-    touched = _apply_results(table, index, results, request, summary)
-
-    # each row's signature as the index computed it (identity cells are never written here)
+    # each row's signature as the index computed it (identity cells are never written here);
+    # rows appended for unmatched measurements are added by _apply_results
     key_of = {i: key for key, rows in index.items() for i in rows}
+    touched = _apply_results(table, index, key_of, results, request, summary)
 
     def row_key(i: int) -> str:
         key = key_of.get(i)
@@ -176,6 +176,7 @@ def _write_file(
 def _apply_results(
     table: CsvTable,
     index: dict[str, list[int]],
+    key_of: dict[int, str],
     results: list[CaseResult],
     request: WritebackRequest,
     summary: FileWriteback,
@@ -189,7 +190,6 @@ def _apply_results(
     # Found by line, not by scanning the signature's rows: a file of many rows of one signature
     # would make write-back quadratic (100,000 such rows took over 15 minutes).
     row_at_line = {table.line_of(r): r for r in range(len(table))}
-    key_of = {r: key for key, rows in index.items() for r in rows}
     for result in results:
         rows = index.get(result.ref.signature_key, [])
         line = result.ref.row_line if _target_file(result) == result.ref.csv_file else None
@@ -202,6 +202,7 @@ def _apply_results(
             if request.update_mode == "all" and result.identity:
                 new_row = table.append_row({**result.identity, ROW_ORIGIN: f"measured:{result.backend}"})
                 index[result.ref.signature_key].append(new_row)
+                key_of[new_row] = result.ref.signature_key
                 rows = [new_row]
                 summary.rows_appended += 1
             else:
