@@ -302,6 +302,34 @@ def test_work_on_a_side_stream_is_counted_in_the_candidates_time(pytester: pytes
     assert profile["speedup"] < 0.1
 
 
+# Launches the collector's own marker kernel (torch.cuda._sleep) in every call, then the op: it
+# must be timed with its sleep, and the reference rows must keep their times.
+LAUNCHES_THE_MARKER = '''
+import torch
+from perf_plugin.candidates import candidate
+
+@candidate("Add")
+def add(x, y, out=None):
+    torch.cuda._sleep(20000)
+    return torch.add(x, y) if out is None else torch.add(x, y, out=out)
+'''
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA (the marker kernel)")
+@pytest.mark.parametrize("cache_mode", ["warm", "produced", "auto"])
+def test_a_candidate_launching_the_marker_kernel_is_timed_and_the_reference_rows_keep_their_times(
+    pytester: pytest.Pytester, project: Path, cache_mode: str
+) -> None:
+    result, report = judge(pytester, project, LAUNCHES_THE_MARKER, "--perf-backend", "cuda", "--perf-cache-mode", cache_mode)
+    result.assert_outcomes(passed=3)
+    results = report["results"]
+    assert len(results) == 2 and all(r["correct"] for r in results)
+    # 20,000 spin cycles are microseconds on any GPU; the add alone is about one
+    assert all(r["gen_time"] > 5 * r["base_time"] for r in results)
+    rows = list(csv.DictReader((project / "Add.csv").open()))
+    assert all(float(r["Average Duration(us)"]) > 0 for r in rows)
+
+
 def test_candidates_are_judged_under_xdist_and_reported_once(pytester: pytest.Pytester, project: Path) -> None:
     path = pytester.path / "cand.py"
     path.write_text(SAME_OP)

@@ -52,10 +52,39 @@ def test_lost_markers_are_reported() -> None:
     assert error is not None and "1 marker kernels for 2 launched" in error
 
 
-def test_timed_work_that_launches_the_marker_kernel_itself_is_named() -> None:
-    events = [device("spin_kernel", 1, 1000), device("spin_kernel", 2, 90000), device("spin_kernel", 3, 1000)]
-    _, error, _ = attribute_by_markers(events, [(1, 0), None])
-    assert error is not None and "3 marker kernels for 2 launched: the timed work launched the marker kernel" in error
+def test_one_case_that_launches_the_marker_kernel_itself_is_timed_with_it() -> None:
+    # a session of one case (how candidates are timed): each repeat launched one marker kernel of its own
+    events = [device("spin_kernel", 1, 1000), device("spin_kernel", 2, 90000), device("gemm", 3, 500),
+              device("spin_kernel", 5, 91000), device("gemm", 6, 510), device("spin_kernel", 7, 1000)]
+    timings, error, case_errors = attribute_by_markers(list(reversed(events)), [CaseSpan(1, 2), None])
+    assert error is None and case_errors == {}
+    assert [timings[(1, r)].total_ns for r in range(2)] == [90500, 91510]
+    assert timings[(1, 0)].kernels == {"spin_kernel": (90000, 1), "gemm": (500, 1)}
+
+
+def test_markers_of_the_work_are_told_apart_with_a_marker_per_repeat_and_untimed_work_between() -> None:
+    # marker, work (its own marker last), marker, a cache flush (untimed), and again
+    events = [device("spin_kernel", 1, 1000), device("gemm", 2, 500), device("spin_kernel", 3, 7000),
+              device("spin_kernel", 4, 1000), device("flush", 5, 30000),
+              device("spin_kernel", 6, 1000), device("gemm", 7, 520), device("spin_kernel", 8, 7100),
+              device("spin_kernel", 9, 1000)]
+    timings, error, _ = attribute_by_markers(events, [(1, 0), None, (1, 1), None])
+    assert error is None
+    assert [timings[(1, r)].total_ns for r in range(2)] == [7500, 7620]
+
+
+def test_marker_kernels_launched_by_one_case_of_a_batch_of_several_are_named() -> None:
+    events = [device("spin_kernel", 1, 1000), device("spin_kernel", 2, 90000), device("spin_kernel", 3, 1000),
+              device("spin_kernel", 4, 1000), device("add", 5, 700), device("spin_kernel", 6, 1000)]
+    _, error, _ = attribute_by_markers(events, [(1, 0), None, (2, 0), None])
+    assert error is not None and "5 marker kernels for 4 launched: the timed work launched the marker kernel" in error
+
+
+def test_marker_kernels_that_do_not_fit_the_repeats_are_named() -> None:
+    events = [device("spin_kernel", 1, 1000), device("spin_kernel", 2, 90000), device("spin_kernel", 3, 1000),
+              device("spin_kernel", 4, 1000)]
+    _, error, _ = attribute_by_markers(events, [CaseSpan(1, 3), None])  # 2 extra markers over 3 repeats
+    assert error is not None and "4 marker kernels for 2 launched" in error
 
 
 def test_case_span_is_split_into_equal_runs_of_one_kernel_sequence() -> None:

@@ -1,7 +1,10 @@
 """A collector wrapper that keeps candidate measurements out of the reference replay's results.
 
-The candidate is timed by the run's own collector (same profiler session, same attribution),
-under a ref whose case id carries ``judge.CANDIDATE_SUFFIX``.  Everything the wrapped collector
+The candidate is timed by the run's own collector (same profiler, same attribution), under a ref
+whose case id carries ``judge.CANDIDATE_SUFFIX``, in a profiler session of its own
+(``isolate`` before its checks and after its timed repeats): whatever a candidate launches can
+then never spoil the reference replays' measurements, and a candidate that launches the marker
+kernel itself is still timed (``attribution.own_markers``).  Everything the wrapped collector
 returns passes through here: candidate results go to ``candidate_results``, the rest on to
 the run, whose write-back therefore never sees a candidate's duration.
 """
@@ -47,10 +50,14 @@ class SplittingCollector:
         held, self._held = self._held, []
         return held + self._split(self.inner.finish())
 
+    def isolate(self) -> None:
+        """End the profiler session now (its results are kept); the next measurement starts a new one."""
+        self._held.extend(self._split(self.inner.finish()))
+
     def flush_candidates(self) -> list[CaseResult]:
         """Flush the profiler now and hand over every candidate result (end of a worker's session,
         before the run takes its remaining results: those are kept for its ``finish``)."""
-        self._held.extend(self._split(self.inner.finish()))
+        self.isolate()
         taken, self.candidate_results = self.candidate_results, []
         return taken
 

@@ -3,8 +3,8 @@ of a case was verified and timed, on the same inputs.
 
 For a row whose kernel type has a candidate it checks the candidate over fresh input sets
 (``judge.check_candidate``), and if every check passed times it with the run's collector on the
-case's own inputs (the same warm-ups, repeats and cache mode as the reference), then compares
-the last timed repeat's outputs with the reference.  Verdicts wait in ``verdicts`` until a test
+case's own inputs (the same warm-ups, repeats and cache mode as the reference) in a profiler
+session holding nothing else, then compares the last timed repeat's outputs with the reference.  Verdicts wait in ``verdicts`` until a test
 report carries them to the controller; measurements come back through the SplittingCollector.
 """
 
@@ -68,18 +68,24 @@ class CandidateJudge:
         self.verdicts.append(verdict)
         device = self.backend.torch_device()
         seeds = [self.seed + CHECK_SEED_OFFSET + i for i in range(self.checks)]
+        collector = self.collector if self.collector is not None and self.collector.kind == "in-process" else None
         try:
+            if collector is not None:
+                collector.isolate()  # the candidate's checks and warm-ups run outside any profiler session
             if not check_candidate(function, replay, case.row, device, self.backend.generator, seeds, self.backend.synchronize, verdict):
                 return
             verdict.correct = True
-            if self.collector is None or self.collector.kind != "in-process":
+            if collector is None:
                 verdict.log.append("not timed: the candidate is timed only by an in-process collector")
                 return
             last = LastCall(function)
             run_once = timed_call(last, args)
             for _ in range(self.warmup_count):
                 run_once()
-            self.collector.measure(candidate_ref(ref), run_once, self.repeat_count, before_repeat)
+            try:
+                collector.measure(candidate_ref(ref), run_once, self.repeat_count, before_repeat)
+            finally:
+                collector.isolate()  # a session of the candidate's timed repeats alone
             verdict.timed = True
             verdict.log.append(f"timed: {self.warmup_count} warm-ups, {self.repeat_count} repeats on the case's inputs")
             self.backend.synchronize()

@@ -181,6 +181,38 @@ def split_repeats(kernels: list[RawEvent], repeats: int) -> list[list[RawEvent]]
     return [kernels[start:start + period] for start in range(0, len(kernels), period)]
 
 
+def _timed_repeats(segment: Segment) -> int:
+    """How many timed repeats follow a marker of this segment (0: untimed work follows)."""
+    if segment is None:
+        return 0
+    return segment.repeats if isinstance(segment, CaseSpan) else 1
+
+
+def own_markers(marker_events: list[RawEvent], segments: list[Segment]) -> set[int] | None:
+    """Which of ``marker_events`` (launch order) the collector launched, when the timed work of
+    one case launched the marker kernel too; None when that cannot be told.
+
+    The collector launched exactly one marker per segment.  When every timed repeat belongs to
+    one case, each repeat launched the same kernel sequence, so the same number ``s`` of extra
+    markers: after a marker whose segment is timed, the next ``s`` markers per repeat are the
+    work's own and the one after them is the collector's next; untimed work between (a cache
+    flush) launches none.  A profiler session of that one case alone (how candidate kernels are
+    timed) always satisfies this; a batch of several cases where one launched markers does not.
+    """
+    cases = {s[0] for s in segments if s is not None}
+    extra = len(marker_events) - len(segments)
+    timed = sum(_timed_repeats(s) for s in segments)
+    if len(cases) != 1 or extra <= 0 or timed == 0 or extra % timed:
+        return None
+    per_repeat = extra // timed
+    own: set[int] = set()
+    position = 0
+    for segment in segments:
+        own.add(marker_events[position].correlation_id)
+        position += 1 + per_repeat * _timed_repeats(segment)
+    return own if position == len(marker_events) else None
+
+
 def attribute_by_markers(
     device_events: list[RawEvent],
     segments: list[Segment],
@@ -194,16 +226,21 @@ def attribute_by_markers(
     launch order, so sorting device events by correlation id and walking the markers assigns
     every kernel to its case without recording any CPU-side operator events, which is what makes
     the in-process profiler cheap enough for small kernels.  The error text is set when the
-    number of markers seen differs from the number launched (events were lost).
+    number of markers seen differs from the number launched (events were lost) and cannot be
+    explained by one case's work launching the marker kernel itself (``own_markers``).
     """
     ordered = sorted((e for e in device_events if e.on_device and not e.is_annotation), key=lambda e: e.correlation_id)
+    marker_events = [e for e in ordered if is_marker(e.name)]
+    own: set[int] | None = None  # None: every marker kernel is the collector's
+    if len(marker_events) > len(segments):
+        own = own_markers(marker_events, segments)
     timings: dict[tuple[int, int], RepeatTiming] = {}
     spans: dict[CaseSpan, list[RawEvent]] = {}
     current: Segment = None
     span_events: list[RawEvent] | None = None
     seen = 0
     for event in ordered:
-        if is_marker(event.name):
+        if is_marker(event.name) and (own is None or event.correlation_id in own):
             current = segments[seen] if seen < len(segments) else None
             seen += 1
             span_events = None
@@ -233,6 +270,7 @@ def attribute_by_markers(
             f"the profiler returned {seen} marker kernels for {len(segments)} launched: events were lost"
             if seen < len(segments)
             else f"the profiler returned {seen} marker kernels for {len(segments)} launched: the timed work launched "
-            f"the marker kernel itself ({MARKER_KERNEL}: torch.cuda._sleep), which cannot be told from the markers"
+            f"the marker kernel itself ({MARKER_KERNEL}: torch.cuda._sleep), which cannot be told from the markers "
+            "in a batch of several cases"
         )
     return Attribution(timings, error, case_errors)
