@@ -32,6 +32,10 @@
 #   session-style  reproduce/wip/reference_session_style.py: a bare loop's session started before or after its warm-up calls
 #   model-trace  reproduce/wip/model_trace_replay_cuda.py: 4 Llama-3.1-8B layers profiled, ingested and replayed
 #   cache-modes  reproduce/wip/cache_modes_vs_model.py: the same layers' prefill and decode replayed in each cache mode
+#   candidates  the example candidates (examples/candidates/*.py) judged on the RmsNorm and SwiGlu rows of the
+#              shipped sample widened by perfdb grid to Llama-3.1-8B's and Qwen3-32B's shapes; artifacts in candidates.tar.gz
+#   workers    benchmarks/bench_workers.py: one database replayed by 1 and by 2 xdist workers (needs 2 GPUs), small
+#              Add rows (WORKERS_ROWS, default 6000) and the sample widened to Llama-3.1-8B's shapes
 # (The former steps kineto and profile ran one-off investigations: see docs/investigations.md.)
 # A full run takes 10-15 minutes on an H100 host; give a few steps per call where a time limit applies.
 set -uo pipefail
@@ -106,6 +110,20 @@ for step in "${steps[@]}"; do
             run model-trace python reproduce/wip/model_trace_replay_cuda.py --out "$out/model-trace" ;;
         cache-modes)
             run cache-modes bash -c "python reproduce/wip/cache_modes_vs_model.py --tokens 512 --backend cuda --out '$out/cache-modes/prefill' && python reproduce/wip/cache_modes_vs_model.py --tokens 16 --backend cuda --out '$out/cache-modes/decode'" ;;
+        candidates)
+            db=$(mktemp -d)
+            cp -r database/data/CPU_X86_64/torch/torch2.13.0/. "$db/"
+            python -m perf_plugin.cli grid --data-dir "$db" --target-models llama-3.1-8b,qwen3-32b \
+                --kernel-types RmsNorm,SwiGlu --rows 40 --seed 0 >"$out/candidates-grid.txt" 2>&1
+            for file in triton_rmsnorm compiled_swiglu flawed; do
+                run "candidates-$file" python -m pytest bench --perf-database-path "$db" --perf-no-writeback \
+                    -k "RmsNorm or SwiGlu" --perf-candidate "examples/candidates/$file.py" \
+                    --perf-candidate-fast-p 0,1,1.5,2 --perf-candidate-log-dir "$out/candidates/$file" -q -p no:cacheprovider
+            done
+            tar -czf "$out/candidates.tar.gz" -C "$out" candidates && rm -rf "$out/candidates" ;;
+        workers)
+            run workers bash -c "python benchmarks/bench_workers.py --backend cuda --workers 1,2 --rows ${WORKERS_ROWS:-6000} --rounds 2 \
+                && python benchmarks/bench_workers.py --backend cuda --workers 1,2 --grid llama-3.1-8b --grid-rows 100 --rounds 1" ;;
         *)
             echo "unknown step $step" >&2
             exit 2 ;;
