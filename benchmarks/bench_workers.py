@@ -13,6 +13,11 @@ time, the worst case for scaling: the per-case host work is all that is spread),
 ``--grid MODELS``, the shipped sample widened by ``perfdb grid`` to the shapes those models run
 (device-bound GEMMs, norms, attention).
 
+Every pytest process imports torch: on an image that ships without ``.pyc`` files each one
+recompiles it (~9 s a process, seen on H200 hosts), which this figure would count as start-up;
+run ``python -m compileall -q -j 0 <torch's directory>`` once first, as a normal installation has
+them (``reproduce/wip/cuda_evidence.sh`` does).
+
 Prerequisites: as many devices as the largest worker count (an NVIDIA host with torch built for
 CUDA, ``--backend cuda``; or the CPU, where workers share the cores and the figure says nothing
 about devices); this project installed (``pip install -e .``), run from a checkout of the
