@@ -337,3 +337,11 @@ def test_an_operator_details_without_its_columns_is_refused(tmp_path: Path) -> N
     (profile / "ASCEND_PROFILER_OUTPUT" / "operator_details.csv").write_text("Op,Shapes\nx,1\n", encoding="utf-8")
     with pytest.raises(DatabaseError, match="not an operator_details.csv: it needs the columns 'Name' and 'Input Shapes'"):
         ingest_path(profile, None)
+
+
+def test_an_operator_details_that_is_not_text_is_one_error(tmp_path: Path) -> None:
+    profile = write_profile(tmp_path, launches(), trace=False)
+    details = profile / "ASCEND_PROFILER_OUTPUT" / "operator_details.csv"
+    details.write_bytes(b"Name,Input Shapes\n\xff\xfe,1\n")
+    with pytest.raises(DatabaseError, match=r"operator_details.csv: not UTF-8 text \(byte 18\)"):
+        ingest_path(profile, None)

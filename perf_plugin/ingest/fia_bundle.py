@@ -108,12 +108,17 @@ def read_fia_operator_calls(path: Path) -> list[str]:
     """The recorded input shapes of every FusedInferAttentionScore operator call of an
     operator_details.csv, in call order (API-level rows such as ``aclnnFusedInferAttentionScoreV3``
     record no shapes and are not calls of the operator)."""
-    with path.open("r", encoding="utf-8-sig", newline="") as handle:
-        reader = csv.DictReader(handle)
-        if "Name" not in (reader.fieldnames or []) or "Input Shapes" not in (reader.fieldnames or []):
-            raise DatabaseError("not an operator_details.csv: it needs the columns 'Name' and 'Input Shapes'", path=path)
-        return [operator_slots(row["Input Shapes"] or "") for row in reader
-                if is_fia_operator(row["Name"] or "") and (row["Input Shapes"] or "").strip(" ;\r\n")]  # fmt: skip
+    try:
+        with path.open("r", encoding="utf-8-sig", newline="") as handle:
+            reader = csv.DictReader(handle)
+            if "Name" not in (reader.fieldnames or []) or "Input Shapes" not in (reader.fieldnames or []):
+                raise DatabaseError("not an operator_details.csv: it needs the columns 'Name' and 'Input Shapes'", path=path)
+            return [operator_slots(row["Input Shapes"] or "") for row in reader
+                    if is_fia_operator(row["Name"] or "") and (row["Input Shapes"] or "").strip(" ;\r\n")]  # fmt: skip
+    except UnicodeDecodeError as exc:
+        raise DatabaseError(f"not UTF-8 text (byte {exc.start})", path=path) from None
+    except (OSError, csv.Error) as exc:
+        raise DatabaseError(f"cannot read it as CSV: {exc}", path=path) from None
 
 
 @dataclass
