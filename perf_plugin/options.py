@@ -111,6 +111,13 @@ def parse_thresholds(text: str) -> tuple[float, ...]:
     return tuple(sorted(set(values)))
 
 
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 < value < 65536:
+        raise ValueError(f"{text!r} is not a TCP port (1-65535)")
+    return value
+
+
 def _bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in {"1", "true", "yes", "on"}:
@@ -208,6 +215,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "auto",
         choices=LOG_CAPTURE_MODES,
     ),
+    # The seed's msprof replay config of DispatchFFNCombine (perf_plugin.run.ep_launch): on an NPU, rows of
+    # this EP Size run in a msprof session of their own under torchrun, one process per expert-parallel rank.
+    OptionSpec("dispatch-ffn-combine-ep-size", "DispatchFFNCombine rows of this EP Size are replayed (on an NPU) in a msprof "
+               "session of their own under torchrun, every rank running every such row", 16, _positive_int),
+    OptionSpec("dispatch-ffn-combine-nproc-per-node", "that session's torchrun --nproc-per-node (default: EP size / nnodes)",
+               None, _positive_int),
+    OptionSpec("dispatch-ffn-combine-nnodes", "that session's torchrun --nnodes", 1, _positive_int),
+    OptionSpec("dispatch-ffn-combine-node-rank", "that session's torchrun --node-rank (this host's)", 0, _non_negative_int),
+    OptionSpec("dispatch-ffn-combine-master-addr", "that session's torchrun --master-addr", "127.0.0.1"),
+    OptionSpec("dispatch-ffn-combine-master-port", "that session's torchrun --master-port", 29500, _port),
     OptionSpec(
         "candidate",
         "Python file registering candidate kernels (@candidate(\"<kernel type>\")): each selected row of "
@@ -302,6 +319,12 @@ class Settings:
     candidate_baseline: Path | None = None
     candidate_log_dir: Path | None = None
     candidate_fast_p: tuple[float, ...] = DEFAULT_THRESHOLDS
+    dispatch_ffn_combine_ep_size: int = 16
+    dispatch_ffn_combine_nproc_per_node: int | None = None
+    dispatch_ffn_combine_nnodes: int = 1
+    dispatch_ffn_combine_node_rank: int = 0
+    dispatch_ffn_combine_master_addr: str = "127.0.0.1"
+    dispatch_ffn_combine_master_port: int = 29500
 
 
 def _raw_value(config: pytest.Config, spec: OptionSpec) -> tuple[Any, str] | None:
@@ -342,4 +365,23 @@ def resolve_settings(config: pytest.Config) -> Settings:
     for spec in OPTIONS:
         if spec.flag:  # store_true options arrive as True/None, env and ini values as parsed booleans
             values[spec.field] = bool(values[spec.field])
+    _check_ep_launch(values)
     return Settings(**values)
+
+
+def _check_ep_launch(values: dict[str, Any]) -> None:
+    """The expert-parallel launch is one torchrun of EP size ranks: nnodes x nproc-per-node."""
+    prefix = "--perf-dispatch-ffn-combine-"
+    ep, nnodes, nproc = (values[f"dispatch_ffn_combine_{k}"] for k in ("ep_size", "nnodes", "nproc_per_node"))
+    if nproc is None:
+        if ep % nnodes:
+            raise pytest.UsageError(f"{prefix}ep-size {ep} is not a multiple of {prefix}nnodes {nnodes}")
+        values["dispatch_ffn_combine_nproc_per_node"] = nproc = ep // nnodes
+    if nnodes * nproc != ep:
+        raise pytest.UsageError(
+            f"{prefix}ep-size {ep} needs nnodes x nproc-per-node = {ep} ranks; "
+            f"got {prefix}nnodes {nnodes} x {prefix}nproc-per-node {nproc}"
+        )
+    node_rank = values["dispatch_ffn_combine_node_rank"]
+    if node_rank >= nnodes:
+        raise pytest.UsageError(f"{prefix}node-rank {node_rank} is not below {prefix}nnodes {nnodes}")

@@ -25,6 +25,7 @@ from perf_plugin.run.controller_hooks import (
     case_of,
 )
 from perf_plugin.run.crash_hooks import CrashHooks, isolate_in_worker
+from perf_plugin.run.expert_parallel import in_ep_session
 from perf_plugin.run.heap import freeze_heap, thaw_heap
 from perf_plugin.run.shard_hooks import ShardHooks
 from perf_plugin.run.location import DeviceIdentity
@@ -107,6 +108,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(ControllerHooks(config), "perf-controller")
     config.pluginmanager.register(ProgressHooks(config, settings.progress_interval), "perf-progress")
     config.pluginmanager.register(BenchmarkBridge(config), "perf-benchmark-bridge")
+    if in_ep_session():  # every rank runs every case, in this process: no xdist workers
+        no_local_workers(config)
     if may_run_msprof(settings):
         state = ensure_run_state(config)
         from perf_plugin.profiling.msprof import external_mode
@@ -225,6 +228,7 @@ def perf_runner():  # type: ignore[no-untyped-def]
     from perf_plugin.backends.select import resolve_backend
     from perf_plugin.profiling.factory import make_collector
     from perf_plugin.run.executor import CaseExecutor
+    from perf_plugin.run.expert_parallel import ExpertGroups
     from perf_plugin.run.runner import ReplayRunner
     from perf_plugin.run.shards import local_device_index
 
@@ -238,6 +242,10 @@ def perf_runner():  # type: ignore[no-untyped-def]
     collector = custom if custom is not None else make_collector(backend, settings)
     collector, judge = candidate_hooks.attach_judge(config, backend, collector)
     state.tester = TesterState(backend, collector)
+    groups = None
+    if in_ep_session():  # a rank of the expert-parallel session: its collective rows' process groups
+        groups = ExpertGroups(backend)
+        config.add_cleanup(groups.close)
     runner = ReplayRunner(
         backend,
         collector,
@@ -248,6 +256,7 @@ def perf_runner():  # type: ignore[no-untyped-def]
         produced_from_us=backend.auto_produced_from_us if settings.cache_mode == "auto" else None,
         rotate_max_copies=settings.rotate_max_copies,
         candidate_judge=judge,
+        groups=groups,
     )
     return CaseExecutor(state.tester, runner)
 
@@ -291,7 +300,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     state.control.add_results(remaining)
     from perf_plugin.profiling.msprof import is_msprof_child
-    from perf_plugin.run.msprof_launch import write_child_report
+    from perf_plugin.run.msprof_sessions import write_child_report
 
     if is_msprof_child():  # the session under msprof: its parent reads op_summary and writes back
         write_child_report(state)

@@ -118,6 +118,11 @@ class Backend(ABC):
         """``tensor`` in a private storage format (only an NPU has them)."""
         raise NotImplementedError(f"the {self.name} backend has no private storage formats")
 
+    def group_comm_name(self, group: Any, rank: int) -> str:
+        """The collective library's name of the communicator of ``group`` (a ``torch.distributed``
+        process group this process is ``rank`` of), for an API that takes the group by name."""
+        raise NotImplementedError(f"the {self.name} backend's collective library names no communicators")
+
     def marker(self) -> Callable[[], Any] | None:
         """A launch of a tiny kernel of its own that delimits a case's repeats on the device
         timeline (None: the backend's profiler has labelled ranges instead)."""

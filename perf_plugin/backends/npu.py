@@ -114,6 +114,14 @@ class NpuBackend(Backend):
     def format_cast(self, tensor: "torch.Tensor", acl_format: int) -> "torch.Tensor":
         return import_torch_npu().npu_format_cast(tensor, acl_format)  # type: ignore[no-any-return]
 
+    def group_comm_name(self, group: Any, rank: int) -> str:
+        # torch_npu's documented way, which vllm-ascend's MoE layers use for their all-to-all group:
+        # the group's HCCL backend (a default or new_group group), asked for the rank's communicator.
+        import torch
+
+        import_torch_npu()
+        return str(group._get_backend(torch.device(self.name)).get_hccl_comm_name(rank))
+
 
 def cann_version() -> str | None:
     """CANN's product release (``8.5.0``, ``8.3.RC2``) from the toolkit's install files, if installed.

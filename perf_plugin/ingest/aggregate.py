@@ -84,6 +84,9 @@ class AggregatedRow:
     std: float | None
     counters: Mapping[str, float | None] = field(default_factory=dict)
     kernels: str = ""  # the Profiling Kernels cell ("" when the samples recorded none)
+    # Columns added at the end from beside the profile (the FIA bundle check's ``Runtime ...``
+    # cells, ``perf_plugin.ingest.fia_bundle``); not part of the identity or the statistics.
+    runtime: Mapping[str, str] = field(default_factory=dict)
 
     def profiling_values(self) -> dict[str, str]:
         """Column -> cell text of everything ingest writes besides the identity columns."""

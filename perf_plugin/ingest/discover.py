@@ -13,7 +13,8 @@ recursively, in this order of preference (one profile is never counted twice):
    other ``*trace*.json[.gz]`` files, except Ascend's ``trace_view.json``.
 
 Beside each kernel_details file, ``operator_details.csv`` and ``trace_view.json`` are looked
-for and reported (the FIA bundle check of the origin tool chain needs them).
+for and reported: the FIA bundle check (``perf_plugin.ingest.fia_bundle``) takes the operator
+shapes of FusedInferAttentionScore kernels from them.
 """
 
 from __future__ import annotations

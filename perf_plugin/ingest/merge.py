@@ -17,6 +17,10 @@ rewritten at all.  All files are merged in memory before the first is written, s
 cannot be merged stops the ingest with nothing changed; every write is atomic
 (``CsvTable.write``).
 
+A FusedInferAttentionScore row's ``Runtime ...`` cells from the FIA bundle check
+(``perf_plugin.ingest.fia_bundle``) are written with it, in columns added at the end; an existing
+row whose ``Runtime metadata_completeness`` says a serving run's values are there keeps them.
+
 New columns go where the schema puts them: the profiling duration columns after
 ``Average Duration(us)`` (or after the identity columns), ``Profiling Average <counter>``
 after its ``MicroBench <counter>`` (or after the last profiling column), ``Profiling Count`` at the
@@ -27,7 +31,7 @@ plain cells, a profiler-style file gets the embedded-quote form.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +58,8 @@ from perf_plugin.database.shapes import (
 from perf_plugin.database.signature import Signature
 from perf_plugin.database.table import CsvTable
 from perf_plugin.ingest.aggregate import AggregatedRow
+from perf_plugin.ingest.fia_bundle import PROFILE_TAG
+from perf_plugin.ingest.fia_runtime import COMPLETENESS
 from perf_plugin.replay.registry import signature_of
 
 SHAPE_COLUMNS: tuple[str, ...] = ("Input Shapes", "Output Shapes")
@@ -93,6 +99,7 @@ def new_table_header(rows: Sequence[AggregatedRow]) -> list[str]:
         PROFILING_COUNT,
         *([PROFILING_KERNELS] if _have_kernels(rows) else []),
         *_details_of(rows),
+        *_runtime_of(rows),
     ]
 
 
@@ -103,6 +110,23 @@ def _have_kernels(rows: Sequence[AggregatedRow]) -> bool:
 def _details_of(rows: Sequence[AggregatedRow]) -> list[str]:
     """The detail columns (strides, aten arguments) some row has a value for, in schema order."""
     return [name for name in DETAIL_COLUMNS if any(row.cells.get(name) for row in rows)]
+
+
+def _runtime_of(rows: Sequence[AggregatedRow]) -> list[str]:
+    """The Runtime columns some row carries (the FIA bundle check's), in the order it gives them."""
+    return list(dict.fromkeys(name for row in rows for name in row.runtime))
+
+
+def _merge_runtime(table: CsvTable, index: int, runtime: Mapping[str, str]) -> bool:
+    """Fill a row's Runtime cells from the profile, unless a serving run's values are there
+    (``perfdb fia-runtime`` set its completeness): those say more than the profile can."""
+    if table.get(index, COMPLETENESS).strip() not in ("", PROFILE_TAG):
+        return False
+    changed = False
+    for name, value in runtime.items():
+        if value:
+            changed |= table.set(index, name, value)
+    return changed
 
 
 def _ensure_profiling_columns(table: CsvTable, rows: Sequence[AggregatedRow]) -> None:
@@ -209,7 +233,7 @@ def merge_kernel_type(table: CsvTable, kernel_type: str, rows: Sequence[Aggregat
     existing_shapes = [table.get(i, c) for i in range(len(table)) for c in SHAPE_COLUMNS]
     style = detect_quote_style(existing_shapes) if len(table) else None
     _ensure_profiling_columns(table, rows)
-    for name in _details_of(rows):
+    for name in (*_details_of(rows), *_runtime_of(rows)):
         if not table.has_column(name):
             table.insert_column(name)  # at the end: a column this project adds
     index = _RowIndex(table, kernel_type)
@@ -222,7 +246,7 @@ def merge_kernel_type(table: CsvTable, kernel_type: str, rows: Sequence[Aggregat
             # identity columns the file does not have (a hand-written database without
             # ``OP State``) are not added to it: its layout is its owner's
             appended_cells = {k: v for k, v in appended_cells.items() if table.has_column(k)}
-            position = table.append_row({**appended_cells, **values})
+            position = table.append_row({**appended_cells, **values, **row.runtime})
             index.add(position, appended_cells)
             index.claimed.add(position)
             change.appended += 1
@@ -230,6 +254,7 @@ def merge_kernel_type(table: CsvTable, kernel_type: str, rows: Sequence[Aggregat
         changed = False
         for name, value in values.items():
             changed |= table.set(target, name, value)
+        changed |= _merge_runtime(table, target, row.runtime)
         if changed:
             change.updated += 1
         else:

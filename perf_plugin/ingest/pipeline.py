@@ -15,6 +15,8 @@ from typing import Any
 
 from perf_plugin.ingest import discover as disc
 from perf_plugin.ingest.aggregate import AggregatedRow, aggregate
+from perf_plugin.ingest.fia_bundle import KERNEL_TYPE as FIA_KERNEL_TYPE
+from perf_plugin.ingest.fia_bundle import FiaBundle, check_bundle, with_bundle_cells
 from perf_plugin.ingest.merge import MergeResult, group_by_type, merge_into_database, validate_types
 from perf_plugin.ingest.profile_table import ProfileTable, combine, read_profile_table
 from perf_plugin.ingest.torch_trace import TraceSummary, read_live_profiler, read_trace_file
@@ -28,6 +30,7 @@ class IngestReport:
     rows: list[AggregatedRow]
     merge: MergeResult | None = None
     traces: list[TraceSummary] = field(default_factory=list)
+    fia_bundle: FiaBundle | None = None
 
     @property
     def kernel_types(self) -> list[str]:
@@ -80,6 +83,8 @@ class IngestReport:
                 out.append(
                     f"  samples with a dtype the trace does not record (tensor lists): {trace.unknown_dtype_rows}"
                 )
+        if self.fia_bundle is not None:
+            out.extend(self.fia_bundle.lines())
         if self.merge is not None:
             out.append(f"database: {self.merge.directory}")
             for change in self.merge.files:
@@ -109,9 +114,11 @@ def ingest_path(profiling_path: str | Path, database_dir: str | Path | None) -> 
     table, traces = read_inputs(discovery)
     rows = aggregate(table.frame, table.counters)
     validate_types(group_by_type(rows), discovery.files[0] if len(discovery.files) == 1 else None)
-    report = IngestReport(discovery, table, rows, traces=traces)
+    # The FIA bundle check reads the kernel_details files again, only when they hold such kernels.
+    bundle = check_bundle(discovery) if any(row.kernel_type == FIA_KERNEL_TYPE for row in rows) else None
+    report = IngestReport(discovery, table, with_bundle_cells(rows, bundle), traces=traces, fia_bundle=bundle)
     if database_dir is not None:
-        report.merge = merge_into_database(database_dir, rows)
+        report.merge = merge_into_database(database_dir, report.rows)
     return report
 
 

@@ -27,8 +27,10 @@ kernel the device ran), not from an in-process profiler.  Three pieces:
    knows, per case and in launch order, how many launches to expect.
 3. **The matching** (``match_profile`` / ``msprof_results``, controller).
 
-The matching rules are in ``perf_plugin.profiling.msprof_match``; the launch and the
-controller side in ``perf_plugin.run.msprof_launch``.
+DispatchFFNCombine rows of more than one expert-parallel rank run in a session of their own under
+msprof and torchrun, every rank running every such row (``perf_plugin.run.ep_session``).  The
+matching rules are in ``perf_plugin.profiling.msprof_match``; the launch and the controller side
+in ``perf_plugin.run.msprof_launch``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ if TYPE_CHECKING:
 CHILD_ENV = "PERF_MSPROF_CHILD"  # "1" in the session msprof runs: it must not launch msprof again
 RECORD_ENV = "PERF_MSPROF_RECORD"  # where that session records its cases and outcomes
 OUTPUT_ENV = "PERF_MSPROF_OUTPUT"  # root of the msprof output directories (default <rootdir>/msprof_output)
+# "1" in every rank of the expert-parallel session under msprof (perf_plugin.run.ep_session): its
+# collective rows run on every rank, and rank 0 alone records what ran (its device's op_summary
+# rows are the ones matched).
+EP_SESSION_ENV = "PERF_EP_SESSION"
 
 MODE_LAUNCH = "launch"
 MODE_READ = "read"
@@ -101,6 +107,8 @@ class MsprofCollector:
         self.backend = backend
         self.measured: list[MeasuredCase] = []
         record = record_dir if record_dir is not None else os.environ.get(RECORD_ENV)
+        if record_dir is None and not is_recording_rank():
+            record = None  # another rank of an expert-parallel session: rank 0 records the cases
         self.log_path = Path(record) / f"{CASE_LOG_PREFIX}{os.getpid()}.jsonl" if record else None
         self._mstx = _mstx() if backend.collector == "msprof" else None
 
@@ -170,6 +178,12 @@ def read_measured(record_dir: str | Path) -> list[MeasuredCase]:
 
 
 # ============================================================================ the matching
+def is_recording_rank(environ: Mapping[str, str] | None = None) -> bool:
+    """False in a rank other than 0 of an expert-parallel session: its cases are rank 0's too."""
+    env = os.environ if environ is None else environ
+    return env.get(EP_SESSION_ENV) != "1" or env.get("RANK", "0") == "0"
+
+
 def is_msprof_child(environ: Mapping[str, str] | None = None) -> bool:
     return (os.environ if environ is None else environ).get(CHILD_ENV) == "1"
 

@@ -46,6 +46,7 @@ limits these to the families of the selected cases, so kernels the harness itsel
 from __future__ import annotations
 
 import csv
+import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +62,7 @@ from perf_plugin.ingest.records import ProfiledKernel, read_prof_directory
 from perf_plugin.results import OUTCOME_FAILED, OUTCOME_PASSED, CaseRef, CaseResult, CollectedCase, KernelTime
 
 from perf_plugin.profiling.msprof import MeasuredCase, MsprofError
-from perf_plugin.replay.registry import catalog
+from perf_plugin.replay.registry import catalog, get_replay
 
 
 def kernel_family(kernel_type: str) -> str:
@@ -112,7 +113,36 @@ def _device_ids(sources: Iterable[Path]) -> dict[tuple[Path, int], str]:
     return devices
 
 
-def _read_groups(prof_paths: list[Path]) -> tuple[dict[tuple[str, str], _Group], int]:
+def _on_device(kernel: ProfiledKernel, devices: Mapping[tuple[Path, int], str], device: str) -> bool:
+    """Whether a row is ``device``'s: its ``Device_id`` cell, else the ``device_<id>`` directory
+    its file is in; a row that says neither is kept (nothing tells it apart)."""
+    known = devices.get((kernel.source, kernel.line)) if kernel.source is not None and kernel.line else None
+    if known is not None:
+        return known == device
+    folders = [part for part in kernel.source.parts if part.startswith("device_")] if kernel.source else []
+    return not folders or folders[-1] == f"device_{device}"
+
+
+def _in_group(kernels: list[ProfiledKernel], group_size: int) -> list[ProfiledKernel]:
+    """The kernels with the column that says how many ranks a collective kernel spanned
+    (``OpReplay.group_column``: DispatchFFNCombine's ``EP Size``) filled in: op_summary has no
+    such column, and the session's process group is what says it."""
+    columns: dict[str, str] = {}
+    out = []
+    for kernel in kernels:
+        if kernel.kernel_type not in columns:
+            replay = get_replay(kernel.kernel_type)
+            columns[kernel.kernel_type] = replay.group_column if replay is not None else ""
+        column = columns[kernel.kernel_type]
+        if column and not kernel.cells.get(column, "").strip():
+            kernel = dataclasses.replace(kernel, cells={**kernel.cells, column: str(group_size)})
+        out.append(kernel)
+    return out
+
+
+def _read_groups(
+    prof_paths: list[Path], device: str | None = None, group_size: int | None = None
+) -> tuple[dict[tuple[str, str], _Group], int]:
     kernels: list[ProfiledKernel] = []
     for path in prof_paths:
         try:
@@ -120,6 +150,10 @@ def _read_groups(prof_paths: list[Path]) -> tuple[dict[tuple[str, str], _Group],
         except DatabaseError as exc:
             raise MsprofError(exc.describe()) from None
     devices = _device_ids({k.source for k in kernels if k.source is not None})
+    if device is not None:  # one rank's launches of a collective session: the other ranks ran the same
+        kernels = [kernel for kernel in kernels if _on_device(kernel, devices, device)]
+    if group_size is not None:
+        kernels = _in_group(kernels, group_size)
     groups: dict[tuple[str, str], _Group] = defaultdict(_Group)
     # A replay session launches a few kernels many times: one signature per distinct kernel.
     keys: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {}
@@ -223,15 +257,19 @@ def match_profile(
     *,
     unmatched_kernel_types: Collection[str] | None = None,
     backend: str = NpuBackend.name,
+    device: str | None = None,
+    group_size: int | None = None,
 ) -> ProfileMatch:
     """Results for ``cases`` (``MeasuredCase`` or ``Case``) from the op_summary of ``prof``.
 
     ``prof`` is one ``PROF_*`` directory (or op_summary file) or several; ``Case`` objects are
     taken as having run ``repeat_count`` repeats.  Rows of no case become results of their own
-    when their family is among ``unmatched_kernel_types``' families (all when None).
+    when their family is among ``unmatched_kernel_types``' families (all when None).  ``device``:
+    only that device's rows count (``Device_id``, or the ``device_<id>`` directory); ``group_size``:
+    the process group the session's collective kernels ran in (None: unknown, a profile read).
     """
     paths = _prof_paths(prof)
-    groups, rows_read = _read_groups(paths)
+    groups, rows_read = _read_groups(paths, device, group_size)
     match = ProfileMatch(rows=rows_read)
     by_key: dict[tuple[str, str], list[MeasuredCase]] = defaultdict(list)
     for case in as_measured(cases, repeat_count):

@@ -75,9 +75,22 @@ class OpReplay(ABC):
     # Whether ``run`` runs on any torch device (CPU, CUDA); False for a kernel whose only
     # implementation is the NPU API (its rows are then unsupported elsewhere, with the reason).
     portable: ClassVar[bool] = True
+    # The row column that says how many ranks a collective kernel spans (``group_size``), named
+    # in the reason a row is skipped when the run cannot form that group.
+    group_column: ClassVar[str] = ""
 
     def check(self, row: KernelRow) -> None:
-        """Raise CaseBuildError if the row cannot be replayed.  Must not allocate tensors."""
+        """Raise CaseBuildError if the row cannot be replayed.  Must not allocate tensors.
+
+        For a row of a collective kernel (``group_size`` > 1) the run makes the group it would
+        run in active first (``perf_plugin.replay.rank_group``), only planned: its size is known."""
+
+    def group_size(self, row: KernelRow) -> int:
+        """How many ranks the row's kernel runs over (1: one device, no process group).  A row
+        of more runs in a process group of exactly that many ranks, active while it runs
+        (``perf_plugin.replay.rank_group.active_group``); raise CaseBuildError if the row does
+        not say."""
+        return 1
 
     @abstractmethod
     def make_inputs(

@@ -41,9 +41,11 @@ from perf_plugin.database.signature import signature_text
 from perf_plugin.database.table import CsvTable
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.op_mapping import missing_replay_reason
+from perf_plugin.replay.rank_group import RankGroup, group_scope
 from perf_plugin.replay.registry import signature_of
 from perf_plugin.replay.tensors import KernelRow, kernel_row_from_cells
 from perf_plugin.results import CaseRef
+from perf_plugin.run.expert_parallel import GroupWorld, group_world
 from perf_plugin.run.state import CaseRecord
 
 if TYPE_CHECKING:
@@ -67,6 +69,7 @@ class Case:
     replay_kernel_type: str = ""  # whose replay runs this row (differs through op_mapping.yaml aliases)
     weight_us: float = 0.0  # the row's profiled time (coverage by time)
     profiled_us: float | None = None  # the row's in-model average duration (None: never profiled)
+    group_size: int = 1  # ranks the row's kernel runs over (an expert-parallel row: its EP Size)
 
     @property
     def runnable(self) -> bool:
@@ -82,6 +85,27 @@ class CaseSet:
         return [c for c in self.cases if c.status == status]
 
 
+def _replay_problem(
+    kernel_type: str, replay: OpReplay, row: KernelRow, named_apis: bool, world: GroupWorld, path: Path | None, line: int | None
+) -> tuple[str | None, int]:
+    """Why the replay cannot build the row here (None: it can), and the ranks its kernel runs over.
+
+    A collective row is checked in the group it would run in (only planned now), once this run
+    can form one of its size."""
+    try:
+        size = replay.group_size(row)
+        problem = world.problem(replay.group_column, size) if size > 1 else None
+        if problem is not None:
+            return DatabaseError(problem, path=path, row=line, column=replay.group_column).describe(), size
+        with group_scope(RankGroup(size, world.rank) if size > 1 else None):
+            replay.check(row)  # first: its reason is about the row, whatever the backend
+        if not replay.portable and not named_apis:
+            raise CaseBuildError(f"{kernel_type} runs only through {replay.npu_api} on an Ascend NPU (no portable equivalent)")
+    except CaseBuildError as exc:
+        return DatabaseError(f"replay cannot be built: {exc}", path=path, row=line).describe(), 1
+    return None, size
+
+
 def _row_case(
     kernel_type: str,
     table: CsvTable,
@@ -89,6 +113,7 @@ def _row_case(
     replay: OpReplay | None,
     update_mode: str,
     named_apis: bool,
+    world: GroupWorld,
 ) -> tuple[Case, str]:
     cells = table.row_dict(index)
     line = table.line_of(index)
@@ -117,14 +142,10 @@ def _row_case(
         return case(STATUS_FILLED, "row already has a duration (update mode missing-only)", row), base_id
     if replay is None:
         return case(STATUS_NO_REPLAY, f"no replay for kernel type {kernel_type}", row), base_id
-    try:
-        replay.check(row)  # first: its reason is about the row, whatever the backend
-        if not replay.portable and not named_apis:
-            raise CaseBuildError(f"{kernel_type} runs only through {replay.npu_api} on an Ascend NPU (no portable equivalent)")
-    except CaseBuildError as exc:
-        reason = DatabaseError(f"replay cannot be built: {exc}", path=table.path, row=line).describe()
-        return case(STATUS_UNSUPPORTED, reason, row), base_id
-    return case(STATUS_READY, "", row), base_id
+    problem, size = _replay_problem(kernel_type, replay, row, named_apis, world, table.path, line)
+    if problem is not None:
+        return case(STATUS_UNSUPPORTED, problem, row), base_id
+    return dataclasses.replace(case(STATUS_READY, "", row), group_size=size), base_id
 
 
 def profiled_time_us(cells: dict[str, str]) -> float:
@@ -213,14 +234,15 @@ def load_case_set(
     csv_files: Iterable[Path] | None = None,
     replay_type: Callable[[str], str] = lambda kernel_type: kernel_type,
     named_apis: bool = False,
+    world: GroupWorld = GroupWorld(),
 ) -> CaseSet:
     """Read every compute CSV of ``directory`` and turn each row into a Case.
 
     ``named_apis``: the backend launches kernels through the APIs op_mapping.yaml names (an NPU),
-    so replays without a portable ``run`` can build their rows too.  Raises UnusableFile when a
-    file holds no CSV at all (a Git LFS pointer, empty, binary): the run would measure part of
-    the database and call it the database.
-    """
+    so replays without a portable ``run`` can build their rows too; ``world``: the process groups
+    collective rows can run in (``perf_plugin.run.expert_parallel``).  Raises UnusableFile when a
+    file holds no CSV at all (a Git LFS pointer, empty, binary): the run would measure part of the
+    database and call it the database."""
     result = CaseSet()
     unusable: list[UnusableFile] = []
     for path in csv_files if csv_files is not None else list_kernel_csvs(directory):
@@ -245,16 +267,15 @@ def load_case_set(
                 ref = CaseRef(f"{kernel_type}-line{line}", kernel_type, path.name, line, "")
                 result.cases.append(Case(ref, STATUS_FILE_ERROR, error.describe()))
             continue
-        for note in (unreadable_duration_note(table, path), extra_cells_note(table, path)):
-            if note is not None:
-                result.messages.append(note)
+        notes = (unreadable_duration_note(table, path), extra_cells_note(table, path))
+        result.messages.extend(note for note in notes if note is not None)
         replay = replay_lookup(kernel_type)
         missing = missing_replay_reason(directory, kernel_type) if replay is None else ""  # once per file
         seen: dict[str, int] = {}
         for index in range(len(table)):
             if table.is_blank(index):
                 continue
-            case, base_id = _row_case(kernel_type, table, index, replay, update_mode, named_apis)
+            case, base_id = _row_case(kernel_type, table, index, replay, update_mode, named_apis, world)
             seen[base_id] = seen.get(base_id, 0) + 1
             if seen[base_id] > 1:
                 case = dataclasses.replace(case, ref=dataclasses.replace(case.ref, case_id=f"{base_id}#{seen[base_id]}"))
@@ -311,6 +332,7 @@ def collect_case_set(state: RunState, extra_replay_modules: Iterable[Any] = ()) 
         state.settings.update_mode,
         replay_type=replay_type,
         named_apis=backend_class(state.backend_name).launches_named_apis,
+        world=group_world(state.settings, state.backend_name),
     )
     state.notes.extend(state.case_set.messages)
     return state.case_set

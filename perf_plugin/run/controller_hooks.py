@@ -74,10 +74,12 @@ class ControllerHooks:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
-        """NPU (msprof) or --perf-prof-path: no test runs here; the replays run in a session under
-        msprof (or ran already), and their op_summary rows become the results."""
+        """NPU (msprof) or --perf-prof-path: no test runs here; the replays run in sessions under
+        msprof (the collective rows in one of their own, under torchrun), or ran already, and
+        their op_summary rows become the results."""
         from perf_plugin.profiling import msprof
         from perf_plugin.run import msprof_launch
+        from perf_plugin.run.ep_session import ep_plan
 
         state, config = self.state, session.config
         if state is None:
@@ -101,6 +103,7 @@ class ControllerHooks:
                 argv=config.invocation_params.args,
                 cwd=config.invocation_params.dir,
                 output_root=msprof_launch.default_output_root(config.rootpath),
+                ep=ep_plan(state.settings, state.backend_name),
             )
         except msprof.MsprofError as exc:
             raise pytest.UsageError(str(exc)) from None

@@ -33,8 +33,11 @@ def isolate_in_worker(config: pytest.Config) -> bool:
     process down is recorded and the worker replaced (xdist's ``--max-worker-restart``), as with
     ``-n N``.  Called before xdist reads its options (or after: both outcomes are set here)."""
     from perf_plugin.options import resolve_settings
+    from perf_plugin.run.expert_parallel import in_ep_session
 
     if not resolve_settings(config).isolate or config.getoption("numprocesses", None) or is_worker(config):
+        return False
+    if in_ep_session():  # a rank of the expert-parallel session runs its cases itself, with the others
         return False
     config.option.numprocesses = 1
     if getattr(config.option, "dist", "no") == "no":

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.replay.api_call import bind_call, resolve_api
 from perf_plugin.replay.base import CaseBuildError
+from perf_plugin.replay.rank_group import RankGroup, group_scope, with_comm_names
 from perf_plugin.replay.cache_modes import (
     FALLBACK_CACHE_BYTES,
     MAX_ROTATION_COPIES,
@@ -32,6 +33,8 @@ from perf_plugin.replay.registry import get_replay
 from perf_plugin.replay.verify import VerificationError, verify_outputs
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from perf_plugin.backends.base import Backend
     from perf_plugin.candidates.tester import CandidateJudge
     from perf_plugin.profiling.collector import Collector
@@ -70,6 +73,9 @@ class ReplayRunner:
     rotate_max_copies: int = MAX_ROTATION_COPIES
     # --perf-candidate: judges the row's candidate on the same inputs after the reference is timed
     candidate_judge: "CandidateJudge | None" = None
+    # The process group of a given size that a collective row runs in (an expert-parallel
+    # session's ranks: perf_plugin.run.expert_parallel.ExpertGroups); None: this process forms none.
+    groups: "Callable[[int], RankGroup] | None" = None
     _flush_buffer: Any = None
     _cache_bytes: int | None = None
     _free_seen: int | None = None
@@ -154,7 +160,23 @@ class ReplayRunner:
             function = resolve_api(call.api)
         except ImportError as exc:
             raise CaseSkip(str(exc)) from None
+        # an API that takes its process group by communicator name gets the active group's
+        try:
+            call = with_comm_names(call, lambda group: self.backend.group_comm_name(group.handle, group.rank))
+        except (ValueError, NotImplementedError) as exc:
+            raise CaseFailure(str(exc)) from None
         return bind_call(call, function, self.backend.format_cast), ()
+
+    def _group(self, case: "Case") -> RankGroup | None:
+        """The process group a collective row runs in (None for a row of one rank)."""
+        if case.group_size == 1:
+            return None
+        if self.groups is None:
+            raise CaseSkip(f"the row runs over a process group of {case.group_size} ranks, which this process has none of")
+        try:
+            return self.groups(case.group_size)
+        except (ValueError, RuntimeError) as exc:
+            raise CaseFailure(f"the process group of {case.group_size} ranks cannot be made: {exc}") from None
 
     def run(self, case: "Case") -> None:
         assert case.row is not None
@@ -162,11 +184,18 @@ class ReplayRunner:
         if replay is None:
             raise CaseSkip(f"no replay for kernel type {case.ref.kernel_type}")
         self._check_memory(case)
+        group = self._group(case)
+        with group_scope(group):
+            # each rank its own tokens and experts, as the ranks of a model have
+            self._run(case, replay, self.seed + (group.rank if group is not None else 0))
+
+    def _run(self, case: "Case", replay: "OpReplay", seed: int) -> None:
+        assert case.row is not None
         mode = row_cache_mode(self.cache_mode, case.profiled_us, self.produced_from_us)
         device = self.backend.torch_device()
         args: tuple[Any, ...] = ()
         try:
-            generator = self.backend.generator(self.seed)
+            generator = self.backend.generator(seed)
             try:
                 args = replay.make_inputs(case.row, device, generator)
                 function, call_args = self._launcher(replay, case.row, args)

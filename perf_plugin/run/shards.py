@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from perf_plugin.profiling.msprof import EP_SESSION_ENV
 from perf_plugin.results import CaseResult
 from perf_plugin.run.state import CaseRecord, ControllerState
 
@@ -64,11 +65,17 @@ def torchrun_rank(environ: Mapping[str, str]) -> tuple[int, int, int] | None:
 
 
 def current_shard(shard_option: str | None, environ: Mapping[str, str] | None = None) -> Shard | None:
-    """``--perf-shard`` wins; else the torchrun rank; else None (the whole database here)."""
+    """``--perf-shard`` wins; else the torchrun rank; else None (the whole database here).
+
+    The ranks of an expert-parallel session (``perf_plugin.run.expert_parallel``) are not shards:
+    its rows are collective, and every rank runs every one of them together."""
+    env = os.environ if environ is None else environ
+    if env.get(EP_SESSION_ENV) == "1":
+        return None
     if shard_option:
         index, count = parse_shard(shard_option)
         return Shard(index, count, distributed=False) if count > 1 else None
-    ranks = torchrun_rank(os.environ if environ is None else environ)
+    ranks = torchrun_rank(env)
     return Shard(ranks[0], ranks[1], distributed=True) if ranks else None
 
 

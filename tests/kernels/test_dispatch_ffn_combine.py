@@ -1,4 +1,4 @@
-"""DispatchFFNCombine: the EP Size signature, the NPU call, the single-rank portable path.
+"""DispatchFFNCombine: the EP Size signature, the NPU call, the single-rank and expert-parallel portable paths.
 
 No public row of this kernel type exists.  The rows below are written in exactly the layout
 Ascend's replay script for the same database parses (msmodeling
@@ -13,6 +13,7 @@ with the dtypes of vllm-ascend's operator definition (``dispatch_ffn_combine_def
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +27,7 @@ from perf_plugin.replay.kernels.dispatch_ffn_combine import (
     encode_quant_param,
 )
 from perf_plugin.replay.kernels.moe_routing import GatingConfig, MoeGatingTopKReplay
+from perf_plugin.replay.rank_group import RankGroup, group_scope, with_comm_names
 from perf_plugin.replay.registry import signature_of
 from perf_plugin.replay.verify import VerificationError, verify_outputs
 from tests.kernels.support import kernel_row, meta_outputs, npu_call_of, op_mapping_api, replay_of, replay_on_cpu, shapes
@@ -88,7 +90,8 @@ def test_deepseek_sized_row_builds_on_the_meta_device() -> None:
 @pytest.mark.parametrize(
     ("cells", "message"),
     [
-        (dict(SMALL, **{"EP Size": "8"}), "torchrun --nproc_per_node=8"),
+        (dict(SMALL, **{"EP Size": "8"}), "this run's group has 1 (an NPU run replays such rows under torchrun with "
+                                          "--perf-dispatch-ffn-combine-ep-size 8)"),
         (dict(SMALL, **{"EP Size": ""}), "no 'EP Size'"),
         (dict(SMALL, **{"Input Data Types": "DT_BF16;DT_BF16;DT_BF16;INT32;INT64;INT64;FLOAT"}), "only the W8A8 variant"),
         (dfc_row("24,128;4,128,128;4,128,128;24,2;4,128;4,128;24,2", "24,128;1,4"), "weight2 is [4,128,128], expected [4,64,128]"),
@@ -147,3 +150,62 @@ def test_gating_output_routes_the_fused_layer() -> None:
     out, counts = replay.run(*args)
     verify_outputs(replay, kernel, (out, counts), replay.reference(*args))
     assert torch.equal(counts.view(-1), torch.bincount(ids.view(-1).long(), minlength=4).int())
+
+
+# ----------------------------------------------------------------------------- expert parallelism
+EP2 = dict(SMALL, **{"EP Size": "2"})
+# The same layer as one rank would see all of it: both ranks' 24 tokens and 4 experts each.
+EP2_AS_ONE = dfc_row("48,128;8,128,128;8,64,128;48,2;8,128;8,128;48,2", "48,128;1,8")
+
+
+def test_an_ep_row_is_checked_and_called_in_the_group_that_is_active() -> None:
+    replay, row = replay_of(DFC), kernel_row(DFC, EP2)
+    assert replay.group_size(row) == 2 and replay.group_column == "EP Size"
+    with group_scope(RankGroup(2)):  # planned, as at collection
+        replay.check(row)
+    with group_scope(RankGroup(4)), pytest.raises(CaseBuildError, match="this run's group has 4"):
+        replay.check(row)
+    with group_scope(RankGroup(2, 1, handle="the process group")):
+        args = replay.make_inputs(row, torch.device("cpu"), torch.Generator().manual_seed(1))
+        call = replay.npu_call(row, args)
+        assert call.kwargs["group"] == EpGroup(2) and call.kwargs["max_output_size"] == 24 * 2 * 2
+        assert int(args[3].max()) < 8  # expert ids span both ranks' 4 experts
+        named = with_comm_names(call, lambda group: f"hccl_{group.handle}_{group.rank}")
+    assert named.kwargs["group"] == "hccl_the process group_1"
+    with pytest.raises(ValueError, match="needs the communicator of a process group of 2 rank"):
+        with_comm_names(call, str)  # no group active: the call cannot be made
+
+
+def _ep_rank(rank: int, store: str, results: str) -> None:
+    """One rank of a gloo group of 2: the EP row's portable run and reference, verified, saved."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        replay, row = DispatchFFNCombineReplay(), kernel_row(DFC, EP2)
+        with group_scope(RankGroup(2, rank, dist.new_group([0, 1]))):
+            args = replay.make_inputs(row, torch.device("cpu"), torch.Generator().manual_seed(rank))
+            out, counts = replay.run(*args)
+            verify_outputs(replay, row, (out, counts), replay.reference(*args))
+        torch.save({"inputs": args[:7], "out": out, "counts": counts}, f"{results}/{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ranks_compute_what_one_rank_computes_for_the_whole_layer(tmp_path: Path) -> None:
+    """Each rank's output and expert counts are its share of the single-rank layer over both
+    ranks' tokens and experts (the single-rank path's float64 reference, checked above)."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_ep_rank, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"{rank}.pt") for rank in (0, 1)]
+    # tokens, experts (their weights and scales) and routing of rank 0, then of rank 1
+    x, w1, w2, ids, s1, s2, probs = (torch.cat([r["inputs"][i] for r in ranks]) for i in range(7))
+    replay, whole = DispatchFFNCombineReplay(), kernel_row(DFC, EP2_AS_ONE)
+    plan = replay.plan(whole)
+    out_ref, counts_ref = replay.reference(x, w1, w2, ids, s1, s2, probs, None, torch.zeros(1, 8), None, plan)
+    for rank, result in enumerate(ranks):
+        mine = out_ref[rank * 24 : (rank + 1) * 24]
+        error = float((result["out"].double() - mine).norm() / mine.norm())
+        assert error < replay.tolerance(whole.present_outputs[0])
+        assert torch.equal(result["counts"].view(-1), counts_ref.view(-1)[rank * 4 : (rank + 1) * 4])

@@ -11,7 +11,8 @@ nothing here claims an alignment rule.  What is decided without a device:
   given; the ``EP Size`` column says how many ranks the profiled run had, and the same shapes on
   another group size move other data.  A row runs only in a group of exactly its ``EP Size``
   ranks (msmodeling's replay skips rows of another EP size; a run at EP size N is ``torchrun
-  --nproc_per_node`` x ``--nnodes`` = N processes).
+  --nproc_per_node`` x ``--nnodes`` = N processes: ``perf_plugin.run.ep_launch``).  The replay
+  calls the probe with the size of the group the case runs in (one rank outside such a session).
 * Experts.  ``expert_idx`` spans experts-per-rank x EP size ids; top-k cannot exceed that.
 * HCCL window.  The tiling (vllm-ascend ``csrc/dispatch_ffn_combine/op_host/dispatch_ffn_combine_tiling.cpp``)
   refuses a call when ``M * topK * H * 3 + 10 MiB`` exceeds ``HCCL_BUFFSIZE`` (MiB, default
@@ -63,7 +64,8 @@ def dfc_blocker(shape: DfcShape, group_ep_size: int, window_mb: int) -> str | No
         return (
             f"EP Size {shape.ep_size}: the kernel dispatches tokens over an HCCL group of exactly {shape.ep_size} "
             f"rank(s) (torchrun --nproc_per_node={shape.ep_size}, or nproc_per_node x nnodes = {shape.ep_size} across "
-            f"hosts); this run's group has {group_ep_size}"
+            f"hosts); this run's group has {group_ep_size} (an NPU run replays such rows under torchrun with "
+            f"--perf-dispatch-ffn-combine-ep-size {shape.ep_size})"
         )
     if shape.top_k > shape.experts * shape.ep_size:
         return f"top-k {shape.top_k} exceeds the {shape.experts * shape.ep_size} experts"

@@ -24,15 +24,20 @@ taken in float64, since 16-bit inputs often put it on a rounding tie), with the 
 expert.  ``expert_token_nums`` is verified exactly.  Weights are drawn in ``[-8, 8)``
 so the float32 GEMMs accumulate integers exactly.
 
-Rows with ``EP Size`` > 1 are not replayed anywhere (``check`` says why): the kernel sends tokens to
-``EP Size`` ranks over HCCL, which needs that many processes under ``torchrun
---nproc_per_node=<EP Size>`` with an HCCL process group; this harness runs one process.  On an NPU
-the call is ``torch.ops._C_ascend.dispatch_ffn_combine(x=, weight1=[w1], weight2=[w2],
-expert_idx=, scale1=[s1], scale2=[s2], probs=, group=, max_output_size=, out=,
-expert_token_nums=)`` (the keywords msmodeling passes).  ``group`` is the HCCL communicator name of
-the EP process group, which exists only at run time: the call carries an ``EpGroup`` marker that
-the NPU backend must replace with ``ProcessGroupHCCL.get_hccl_comm_name(rank)`` of a process group
-of ``EP Size`` ranks (world size 1 for EP Size 1).  Passed unreplaced, the operator rejects it.
+A row with ``EP Size`` > 1 runs in a process group of exactly that many ranks (``group_size``;
+``perf_plugin.replay.rank_group``): the kernel sends tokens to ``EP Size`` ranks over HCCL.  On an
+NPU run the controller replays such rows in a session of their own under torchrun, every rank
+running every such row (``perf_plugin.run.ep_launch``); in a run that forms no such group the row
+is skipped with the reason.  The constraint probe (``_dfc_probe``) is called with the size of the
+group that is active.  There, the portable ``run`` and its reference are those of
+``_dfc_ep`` (collectives of the group: gloo on the CPU): this rank's tokens and experts, the
+dispatch an all-gather, the combine an all-reduce.  On an NPU the call is
+``torch.ops._C_ascend.dispatch_ffn_combine(x=, weight1=[w1], weight2=[w2], expert_idx=,
+scale1=[s1], scale2=[s2], probs=, group=, max_output_size=, out=, expert_token_nums=)`` (the
+keywords msmodeling passes).  ``group`` is the HCCL communicator name of the EP process group,
+which exists only at run time: the call carries an ``EpGroup`` (``CommName``) marker that the run
+replaces with the name the device backend reads from the active group
+(``ProcessGroupHCCL.get_hccl_comm_name(rank)``; a group of one rank for EP Size 1).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from perf_plugin.database.signature import SignatureRule
 from perf_plugin.replay.api_call import ApiCall
 from perf_plugin.replay.base import CaseBuildError, OpReplay
+from perf_plugin.replay.kernels._dfc_ep import EpShape, reference_ep, run_ep
 from perf_plugin.replay.kernels._dfc_probe import DfcShape, dfc_blocker, hccl_window_mb
 from perf_plugin.replay.kernels._grouped_gemm import (
     Groups,
@@ -54,6 +60,7 @@ from perf_plugin.replay.kernels._grouped_gemm import (
     weight_shape,
 )
 from perf_plugin.replay.kernels.moe_routing import draw_top_k_ids, permute_order
+from perf_plugin.replay.rank_group import CommName, RankGroup, active_group
 from perf_plugin.replay.tensors import KernelRow, TensorSpec, shape_text
 
 if TYPE_CHECKING:
@@ -66,14 +73,9 @@ QUANT_PARAM_BIT = 1 << 46  # npu_trans_quant_param's flag bit above the float32 
 QUANT_PARAM_MASK = 0xFFFFE000  # the hardware reads the top 19 bits of the float32
 
 
-@dataclass(frozen=True)
-class EpGroup:
-    """The ``group`` argument: the HCCL communicator name of an expert-parallel process group of
-    ``size`` ranks.  It cannot exist before the process group does (``torchrun
-    --nproc_per_node=size``, ``torch.distributed.init_process_group("hccl")``, then the backend's
-    ``get_hccl_comm_name(rank)``); the NPU backend must substitute it before the call."""
-
-    size: int
+# The ``group`` argument: the HCCL communicator name of the expert-parallel process group of
+# ``size`` ranks, which exists only once the group does; the run substitutes it before the call.
+EpGroup = CommName
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,11 @@ class DfcPlan:
     experts: int  # on this rank
     top_k: int
     ep_size: int
+    group: RankGroup | None = None  # the active expert-parallel group (EP Size > 1), once it exists
+
+    @property
+    def ep_shape(self) -> EpShape:
+        return EpShape(self.tokens, self.hidden, self.inter, self.experts, self.top_k)
 
 
 def ep_size(row: KernelRow) -> int:
@@ -121,6 +128,10 @@ class DispatchFFNCombineReplay(OpReplay):
     kernel_types = ("DispatchFFNCombine",)
     npu_api = "torch.ops._C_ascend.dispatch_ffn_combine"
     signature_rule = SignatureRule(extra_columns=(EP_SIZE_COLUMN,))
+    group_column = EP_SIZE_COLUMN
+
+    def group_size(self, row: KernelRow) -> int:
+        return ep_size(row)
 
     def plan(self, row: KernelRow) -> DfcPlan:
         if len(row.inputs) != 7 or not all(s.present for s in row.inputs) or len(row.present_outputs) != 2:
@@ -153,11 +164,13 @@ class DispatchFFNCombineReplay(OpReplay):
                 )
         self._check_dtypes(row, e)
         size = ep_size(row)
-        # One process here: an EP group of one rank (the probe says what else a row needs).
-        blocker = dfc_blocker(DfcShape(m, h, k, e, size), SINGLE_PROCESS_EP, hccl_window_mb(os.environ))
+        # The probe runs with the group this case runs in: the active one, else this process alone.
+        group = active_group()
+        group_ranks = group.size if group is not None else SINGLE_PROCESS_EP
+        blocker = dfc_blocker(DfcShape(m, h, k, e, size), group_ranks, hccl_window_mb(os.environ))
         if blocker is not None:
             raise CaseBuildError(f"{row.kernel_type} {blocker}")
-        return DfcPlan(m, h, n1 // 2, e, k, size)
+        return DfcPlan(m, h, n1 // 2, e, k, size, group if size > 1 else None)
 
     @staticmethod
     def _check_dtypes(row: KernelRow, experts: int) -> None:
@@ -199,7 +212,9 @@ class DispatchFFNCombineReplay(OpReplay):
         out = torch.empty((p.tokens, p.hidden), dtype=x.dtype, device=device)
         counts_spec = row.present_outputs[1]
         counts = torch.zeros(counts_spec.shape or (), dtype=torch.int32, device=device)
-        sizes = torch.bincount(ids.reshape(-1).long().cpu(), minlength=p.experts) if generator is not None else None
+        # on one rank the group sizes are known now; over a group they come with the other ranks' ids (run)
+        local = generator is not None and p.group is None
+        sizes = torch.bincount(ids.reshape(-1).long().cpu(), minlength=p.experts) if local else None
         groups = Groups(
             tuple(int(v) for v in sizes.tolist()) if sizes is not None else (0,) * p.experts,
             can_fuse("FLOAT", p.hidden, 2 * p.inter, device) and can_fuse("FLOAT", p.inter, p.hidden, device),
@@ -220,6 +235,11 @@ class DispatchFFNCombineReplay(OpReplay):
         s2: "torch.Tensor", probs: "torch.Tensor", out: "torch.Tensor", counts: "torch.Tensor", groups: Groups, p: DfcPlan,
     ) -> tuple["torch.Tensor", "torch.Tensor"]:
         import torch
+
+        if p.group is not None:
+            ep_out, ep_counts = run_ep(x, w1, w2, ids, decode_quant_param(s1), decode_quant_param(s2), probs,
+                                       p.ep_shape, p.group.handle, p.group.rank)  # fmt: skip
+            return ep_out, ep_counts.view(counts.shape)
 
         # 16-bit x makes 127 * x / max|x| land exactly on .5 ties often; the quotient is taken in
         # float64, as in the reference, so both round them alike.  Int8 values, float32 for the GEMM.
@@ -250,6 +270,11 @@ class DispatchFFNCombineReplay(OpReplay):
     ) -> tuple["torch.Tensor", "torch.Tensor"]:
         """Float64, one expert at a time, from the token-major expert ids (no permutation)."""
         import torch
+
+        if p.group is not None:
+            ep_out, tallies = reference_ep(x, w1, w2, ids, decode_quant_param(s1), decode_quant_param(s2), probs,
+                                           p.ep_shape, p.group.handle, p.group.rank)  # fmt: skip
+            return ep_out, tallies.view(counts.shape)
 
         x64, idx, pr = x.detach().cpu().double(), ids.detach().cpu().long(), probs.detach().cpu().double()
         sx = x64.abs().amax(dim=1) / 127
