@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from perf_plugin.results import CaseRef
-from perf_plugin.run.crashes import crash_cause, lost_case_ids, read_case_ids
+from perf_plugin.run.crashes import crash_cause, lost_case_ids, read_case_ids, rerun_lost_cases
 from perf_plugin.run.state import CaseRecord
 from tests.test_plugin import BENCH_TEST, HEADER, _profiler_modules_loaded  # noqa: F401  (torch.profiler's lazy imports, before pytester)
 
@@ -136,3 +136,16 @@ def test_isolate_without_xdist_runs_the_cases_in_a_worker_that_a_crash_costs_onl
     result.stdout.fnmatch_lines(["*crashed while running*Fatal Python error*"])
     durations = _durations(db)
     assert all(float(durations[str(n)]) > 0 for n in ROWS if n not in (13, 17))
+
+
+def test_the_rerun_names_its_ids_file_in_one_argument(tmp_path: Path) -> None:
+    # pytest picks its rootdir before it knows the option: a separate path argument would count
+    # as a test path there, and the re-run's node ids could differ from the run's
+    recorder = tmp_path / "python"
+    recorder.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$(dirname "$0")/argv.txt"\n')
+    recorder.chmod(0o755)
+    ids = tmp_path / "journal" / "lost.txt"
+    assert rerun_lost_cases(["a", "b"], ["bench", "-q"], tmp_path, ids, python=str(recorder)) == 0
+    argv = (tmp_path / "argv.txt").read_text().splitlines()
+    assert argv == ["-m", "pytest", "bench", "-q", f"--perf-case-ids-file={ids}"]
+    assert read_case_ids(ids) == {"a", "b"}

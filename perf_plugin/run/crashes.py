@@ -73,7 +73,9 @@ def rerun_lost_cases(
     ids_file.parent.mkdir(parents=True, exist_ok=True)
     ids_file.write_text("".join(f"{case_id}\n" for case_id in case_ids), encoding="utf-8")
     environ = {**os.environ, RERUN_ENV: "1"}
-    command = [python, "-m", "pytest", *argv, "--perf-case-ids-file", str(ids_file)]
+    # one argument: pytest picks its rootdir before it knows this option, and would take a
+    # separate path argument for a test path (another rootdir, other node ids)
+    command = [python, "-m", "pytest", *argv, f"--perf-case-ids-file={ids_file}"]
     return subprocess.run(command, cwd=cwd, env=environ, check=False).returncode
 
 
