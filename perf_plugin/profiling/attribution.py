@@ -264,13 +264,17 @@ def attribute_by_markers(
             continue
         for repeat, run in enumerate(runs):
             timings[(span.number, repeat)] = _timing_of(run)
-    error = None
-    if seen != len(segments):
-        error = (
-            f"the profiler returned {seen} marker kernels for {len(segments)} launched: events were lost"
-            if seen < len(segments)
-            else f"the profiler returned {seen} marker kernels for {len(segments)} launched: the timed work launched "
-            f"the marker kernel itself ({MARKER_KERNEL}: torch.cuda._sleep), which cannot be told from the markers "
-            "in a batch of several cases"
-        )
-    return Attribution(timings, error, case_errors)
+    return Attribution(timings, _marker_count_error(seen, len(segments)), case_errors)
+
+
+def _marker_count_error(seen: int, launched: int) -> str | None:
+    """Why a batch's markers cannot delimit its cases (None: they can)."""
+    if seen == launched:
+        return None
+    if seen < launched:
+        return f"the profiler returned {seen} marker kernels for {launched} launched: events were lost"
+    return (
+        f"the profiler returned {seen} marker kernels for {launched} launched: the timed work launched the marker "
+        f"kernel itself ({MARKER_KERNEL}: torch.cuda._sleep), which cannot be told from the markers in a batch of "
+        "several cases"
+    )
