@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from perf_plugin.database.kernel_breakdown import KernelDifference, kernel_difference
 
@@ -67,6 +69,48 @@ class CaseRef:
         )
 
 
+class Samples(Sequence[float]):
+    """A case's per-repeat durations, stored as C doubles.
+
+    The controller keeps every case's result until write-back: as a tuple, 30 samples are 31
+    Python objects (~1 KB, allocated outside Python's small-object arenas); here they are one
+    ~300-byte buffer.  Read-only, and equal to any sequence of the same values, so a result
+    compares as it did with a tuple.
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Iterable[float] = ()) -> None:
+        self._values = array("d", values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @overload
+    def __getitem__(self, index: int) -> float: ...
+    @overload
+    def __getitem__(self, index: slice) -> Samples: ...
+    def __getitem__(self, index: int | slice) -> float | Samples:
+        if isinstance(index, slice):
+            return Samples(self._values[index])
+        return self._values[index]
+
+    def __iter__(self) -> Iterator[float]:
+        return iter(self._values)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Samples):
+            return self._values == other._values
+        if isinstance(other, (tuple, list)):
+            return len(other) == len(self._values) and all(a == b for a, b in zip(self._values, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to tuples, which hash differently
+
+    def __repr__(self) -> str:
+        return f"Samples({list(self._values)!r})"
+
+
 @dataclass(frozen=True)
 class KernelTime:
     """One device kernel (or CPU op) the case launched: mean duration per repeat and calls per repeat."""
@@ -82,7 +126,7 @@ class CaseResult:
     outcome: str
     reason: str = ""
     backend: str = ""
-    samples_us: tuple[float, ...] = ()
+    samples_us: Sequence[float] = ()  # a tuple where measured, ``Samples`` once carried as JSON
     kernels: tuple[KernelTime, ...] = ()
     # The kernel type the profiler reported, when it differs from the CSV's (MatMulV2/V3/Common
     # all replay through torch.mm; on an NPU the measurement goes to the reported type's CSV).
@@ -113,7 +157,7 @@ class CaseResult:
     def from_json(cls, data: dict[str, Any]) -> CaseResult:
         values = dict(data)
         values["ref"] = CaseRef.from_json(values["ref"])
-        values["samples_us"] = tuple(values.get("samples_us", ()))
+        values["samples_us"] = Samples(values.get("samples_us", ()))
         values["kernels"] = tuple(KernelTime(**k) for k in values.get("kernels", ()))
         return cls(**values)
 
@@ -135,7 +179,7 @@ class SampleStats:
     count: int
 
     @classmethod
-    def of(cls, samples: tuple[float, ...] | list[float]) -> SampleStats:
+    def of(cls, samples: Sequence[float]) -> SampleStats:
         values = list(samples)
         if not values:
             raise ValueError("no samples")
@@ -179,7 +223,7 @@ class FileWriteback:
     written: bool = False
 
 
-@dataclass
+@dataclass(slots=True)  # one per measured row, held until the reports are written
 class GapRow:
     """Microbench vs profiling duration of one row, for the gap report, and the kernels each
     side launched where both were recorded on one kind of device (``Profiling Kernels`` and

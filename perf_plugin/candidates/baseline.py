@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ class BaselineEntry:
         }
 
 
-def entry_from_samples(ref: CaseRef, samples_us: tuple[float, ...], hardware: str, device: str) -> BaselineEntry:
+def entry_from_samples(ref: CaseRef, samples_us: Sequence[float], hardware: str, device: str) -> BaselineEntry:
     ms = [s / 1000.0 for s in samples_us]
     return BaselineEntry(
         statistics.fmean(ms),
