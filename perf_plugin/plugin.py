@@ -30,6 +30,7 @@ from perf_plugin.run.heap import freeze_heap, thaw_heap
 from perf_plugin.run.shard_hooks import ShardHooks
 from perf_plugin.run.location import DeviceIdentity
 from perf_plugin.run.progress import ProgressHooks
+from perf_plugin.run.report_retention import ReportRelease
 from perf_plugin.run.setup import (
     CONFIG_ERROR,
     SETTINGS,
@@ -108,6 +109,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(ControllerHooks(config), "perf-controller")
     config.pluginmanager.register(ProgressHooks(config, settings.progress_interval), "perf-progress")
     config.pluginmanager.register(BenchmarkBridge(config), "perf-benchmark-bridge")
+    config.pluginmanager.register(ReportRelease(config), "perf-report-release")
     if in_ep_session():  # every rank runs every case, in this process: no xdist workers
         no_local_workers(config)
     if may_run_msprof(settings):

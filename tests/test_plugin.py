@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,6 +102,29 @@ def test_run_writes_durations_back_and_reports(pytester: pytest.Pytester, projec
     assert header.index("Average Duration(us)") == 8  # after the identity columns
     reports = sorted(p.name.split("_")[0] for p in (project / "reports").iterdir())
     assert reports == ["duration", "replay", "run"]
+
+
+class _KeptReports:
+    """What the terminal reporter still holds at the end of a run, by category."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, list[tuple[str, str]]] = {}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        self.kept = {key: [(r.nodeid, r.when) for r in reports] for key, reports in terminalreporter.stats.items()}
+
+
+def test_a_run_keeps_only_the_reports_its_summary_reads(pytester: pytest.Pytester, project: Path) -> None:
+    probe = _KeptReports()
+    result = pytester.runpytest(
+        "--database-path", str(project), "--repeat-count", "3", "--warmup-count", "1", "-p", "no:cacheprovider", "-rA",
+        plugins=[probe],
+    )
+    result.assert_outcomes(passed=3)
+    assert probe.kept.get("", []) == []  # the passed setup and teardown reports, let go
+    assert sorted(when for _, when in probe.kept["passed"]) == ["call"] * 3
+    result.stdout.fnmatch_lines(["PASSED test_kernels.py::test_kernel_replay[[]Add-*", "*3 passed*"])
 
 
 def test_gap_report_names_each_measured_row_by_line_and_signature(pytester: pytest.Pytester, project: Path) -> None:
