@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,28 @@ def test_new_files_get_the_usual_permissions(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert (tmp_path / "new.csv").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_streamed_write_that_fails_midway_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "run_report.json"
+    path.write_text("before\n")
+
+    def pieces() -> Iterator[str]:
+        yield "{\n"
+        raise RuntimeError("a case's entry could not be rendered")
+
+    with pytest.raises(RuntimeError):
+        atomic.atomic_write_text_chunks(path, pieces())
+    assert path.read_text() == "before\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["run_report.json"]  # no temporary file left
+    atomic.atomic_write_text_chunks(path, iter(["{", "\n", "}\n"]))
+    assert path.read_text() == "{\n}\n"
+
+
+def test_rows_share_one_object_per_distinct_cell_text(tmp_path: Path) -> None:
+    path = tmp_path / "Add.csv"
+    path.write_text("OP State,Input Data Types\ndynamic,FLOAT;FLOAT\ndynamic,FLOAT;FLOAT\nstatic,FLOAT;FLOAT\n")
+    table = CsvTable.read(path)
+    assert [table.get(i, "OP State") for i in range(3)] == ["dynamic", "dynamic", "static"]
+    assert table.get(0, "OP State") is table.get(1, "OP State")
+    assert table.get(0, "Input Data Types") is table.get(2, "Input Data Types")

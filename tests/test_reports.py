@@ -707,3 +707,16 @@ def test_cudnn_version_text() -> None:
     assert cudnn_text(91900) == "9.19.0"  # what torch 2.11+cu130 reports for cuDNN 9.19.0
     assert cudnn_text(90100) == "9.1.0"
     assert cudnn_text(8907) == "8.9.7"
+
+
+def test_the_run_report_is_written_a_case_at_a_time_and_reads_back_whole(tmp_path: Path) -> None:
+    from perf_plugin.report.run_json import iter_run_report, render_run_report, write_run_report
+
+    summary = make_summary()
+    pieces = list(iter_run_report(summary, tmp_path))
+    case_lines = [p for p in pieces if '"case_id"' in p]
+    assert len(case_lines) == len(summary.results) > 1  # one piece per case, not the list at once
+    path = write_run_report(tmp_path / "run_report_20260302_101500.json", summary)
+    assert path.read_text() == "".join(pieces) == render_run_report(summary, tmp_path)
+    loaded = json.loads(path.read_text())
+    assert [c["case_id"] for c in loaded["results"]] == [r.ref.case_id for r in summary.results]

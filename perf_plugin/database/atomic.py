@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -17,7 +18,9 @@ def _umask() -> int:
     return current
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+def atomic_write_chunks(path: str | Path, chunks: Iterable[bytes]) -> None:
+    """Write ``chunks`` one after another, then replace ``path`` atomically: a large file is
+    never held in memory whole, and a chunk that fails to come leaves ``path`` as it was."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     # keep an existing file's permissions; a new file gets the usual 0o666 & ~umask (mkstemp's
@@ -26,7 +29,8 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            for chunk in chunks:
+                handle.write(chunk)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp_name, mode)
@@ -39,5 +43,13 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    atomic_write_chunks(path, (data,))
+
+
 def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> None:
     atomic_write_bytes(path, text.encode(encoding))
+
+
+def atomic_write_text_chunks(path: str | Path, chunks: Iterable[str], encoding: str = "utf-8") -> None:
+    atomic_write_chunks(path, (chunk.encode(encoding) for chunk in chunks))

@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from perf_plugin.database.atomic import atomic_write_text
+from perf_plugin.database.atomic import atomic_write_text_chunks
 from perf_plugin.database.schema import written_column_meanings
 from perf_plugin.report.gap import GAP_BAND, is_flagged
 from perf_plugin.report.tally import RunTally, quarantined_kernel_type, tally_summary
@@ -119,7 +120,9 @@ def reports_dir_of(summary: RunSummary) -> Path:
     return Path(summary.database_dir) / "reports"
 
 
-def build_run_report(summary: RunSummary, reports_dir: str | Path | None = None) -> dict[str, Any]:
+def build_run_report(summary: RunSummary, reports_dir: str | Path | None = None, *, cases: bool = True) -> dict[str, Any]:
+    """The run report as one object; ``cases=False`` leaves the per-case entries out (``results``
+    is then None), for ``iter_run_report``, which writes them one at a time."""
     tally = tally_summary(summary)
     report: dict[str, Any] = {
         "benchmark": f"{BENCHMARK_PREFIX}:{Path(summary.database_dir).name}",
@@ -143,7 +146,7 @@ def build_run_report(summary: RunSummary, reports_dir: str | Path | None = None)
             "unsupported": tally.total("unsupported"),
             "quarantined": tally.total("quarantined"),
         },
-        "results": [_case(r) for r in summary.results],
+        "results": [_case(r) for r in summary.results] if cases else None,
         "quarantined": [
             {"csv_file": q.ref.csv_file, "row_line": q.ref.row_line, "kernel_type": quarantined_kernel_type(q),
              "reason": q.reason}
@@ -213,20 +216,37 @@ def report_json(value: Any, indent: int | None = None) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=False, allow_nan=False, default=str)
 
 
-def render_run_report(summary: RunSummary, reports_dir: str | Path | None = None) -> str:
-    report = build_run_report(summary, reports_dir)
-    members = []
-    for key, value in report.items():
-        if key in ONE_ITEM_PER_LINE and isinstance(value, list) and value:
-            text = "[\n" + ",\n".join(f"    {report_json(item)}" for item in value) + "\n  ]"
+def iter_run_report(summary: RunSummary, reports_dir: str | Path | None = None) -> Iterator[str]:
+    """The run report's JSON text in pieces, a line per case: a run of 100,000 cases never holds
+    every case's entry, or the whole text, at once (together ~170 MiB at that size)."""
+    report = build_run_report(summary, reports_dir, cases=False)
+    yield "{\n"
+    for number, (key, value) in enumerate(report.items()):
+        separator = ",\n" if number else ""
+        yield f"{separator}  {report_json(key)}: "
+        if key == "results":
+            yield from _one_per_line(_case(r) for r in summary.results)
+        elif key in ONE_ITEM_PER_LINE and isinstance(value, list) and value:
+            yield from _one_per_line(value)
         else:
             # JSON strings never hold a raw newline, so re-indenting by lines is safe.
-            text = report_json(value, indent=2).replace("\n", "\n  ")
-        members.append(f"  {report_json(key)}: {text}")
-    return "{\n" + ",\n".join(members) + "\n}\n"
+            yield report_json(value, indent=2).replace("\n", "\n  ")
+    yield "\n}\n"
+
+
+def _one_per_line(items: Iterable[Any]) -> Iterator[str]:
+    opened = False
+    for item in items:
+        yield f"{',' if opened else '['}\n    {report_json(item)}"
+        opened = True
+    yield "\n  ]" if opened else "[]"
+
+
+def render_run_report(summary: RunSummary, reports_dir: str | Path | None = None) -> str:
+    return "".join(iter_run_report(summary, reports_dir))
 
 
 def write_run_report(path: str | Path, summary: RunSummary) -> Path:
     target = Path(path)
-    atomic_write_text(target, render_run_report(summary, target.parent))
+    atomic_write_text_chunks(target, iter_run_report(summary, target.parent))
     return target
