@@ -27,6 +27,9 @@
 #   reference-idle  the same, the GPU left idle 3 s before each kernel's reference (no ncu)
 #   reference-verify  the same, each kernel's reference checked against float64 on the host first (no ncu)
 #   memory     benchmarks/bench_overhead.py --memory-only at 1,000 and 10,000 small rows: peak RSS and device memory
+#   throughput benchmarks/bench_throughput.py: bare loop, harness and harness with the previous collector side by
+#              side (THROUGHPUT_CASES rows, default 2000, 3 rounds), and the harness's peak RSS at 10,000 rows of one shape
+#   memory-100k  benchmarks/bench_throughput.py: the harness's peak RSS at 100,000 rows of one shape (~7 minutes)
 #   delimiting reproduce/repeat_delimiting_effect.py: durations with one marker pair per case vs one per repeat
 #   inputs     reproduce/wip/reference_input_sensitivity.py: a short kernel's duration on two same-distribution inputs
 #   session-style  reproduce/wip/reference_session_style.py: a bare loop's session started before or after its warm-up calls
@@ -100,6 +103,11 @@ for step in "${steps[@]}"; do
                 --verify-first --no-ncu --out "$out/reference-verify" ;;
         memory)
             run memory bash -c 'for n in 1000 10000; do python benchmarks/bench_overhead.py --backend cuda --cases $n --memory-only; done' ;;
+        throughput)
+            run throughput python benchmarks/bench_throughput.py --backend cuda --cases "${THROUGHPUT_CASES:-2000}" --rounds 3 \
+                --memory-rows 10000 ;;
+        memory-100k)
+            run memory-100k python benchmarks/bench_throughput.py --backend cuda --cases 0 --memory-rows 100000 ;;
         delimiting)
             run delimiting python reproduce/repeat_delimiting_effect.py --backend cuda --cases 400 --out "$out/delimiting" ;;
         inputs)
