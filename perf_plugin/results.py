@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
@@ -60,12 +61,14 @@ class CaseRef:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CaseRef:
         line = data.get("row_line")
+        # interned: a case's reference arrives twice (its record, its result) beside the one
+        # collected, and all three share the same texts (sys.intern at collection too)
         return cls(
-            str(data["case_id"]),
-            str(data["kernel_type"]),
-            str(data["csv_file"]),
+            sys.intern(str(data["case_id"])),
+            sys.intern(str(data["kernel_type"])),
+            sys.intern(str(data["csv_file"])),
             None if line is None else int(line),
-            str(data["signature_key"]),
+            sys.intern(str(data["signature_key"])),
         )
 
 
@@ -158,7 +161,13 @@ class CaseResult:
         values = dict(data)
         values["ref"] = CaseRef.from_json(values["ref"])
         values["samples_us"] = Samples(values.get("samples_us", ()))
-        values["kernels"] = tuple(KernelTime(**k) for k in values.get("kernels", ()))
+        # every case of a kernel type launches the same kernels (CUDA names run to 200 characters)
+        values["kernels"] = tuple(
+            KernelTime(sys.intern(k["name"]), k["mean_us"], k["calls_per_repeat"]) for k in values.get("kernels", ())
+        )
+        for name in ("outcome", "backend"):
+            if isinstance(values.get(name), str):
+                values[name] = sys.intern(values[name])
         return cls(**values)
 
 

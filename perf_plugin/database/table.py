@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perf_plugin.database.atomic import atomic_write_bytes
+from perf_plugin.database.atomic import atomic_write_text_chunks
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.file_kind import decode_csv_bytes
 
@@ -212,23 +212,37 @@ class CsvTable:
         csv.writer(buffer, lineterminator=self.newline, quoting=csv.QUOTE_MINIMAL).writerow(cells)
         return buffer.getvalue()
 
-    def to_text(self) -> str:
-        parts: list[str] = [_BOM] if self.bom else []
-        parts.append(self._raw_header if self._raw_header is not None else self._serialise(self.header))
+    def iter_text(self) -> Iterator[str]:
+        """The file's text a record at a time: unchanged records as read, changed ones serialised."""
+        previous: str | None = None  # held back: the last piece may lose its newline
+        for piece in self._records_text():
+            if previous is not None:
+                yield previous
+            previous = piece
+        if previous is None:
+            return
+        if not self.trailing_newline and previous.endswith(self.newline):
+            previous = previous[: -len(self.newline)]
+        yield previous
+
+    def _records_text(self) -> Iterator[str]:
+        if self.bom:
+            yield _BOM
+        yield self._raw_header if self._raw_header is not None else self._serialise(self.header)
         for cells, raw in zip(self.rows, self._raw_rows):
             if raw is not None and not raw.endswith(("\n", "\r")):
                 raw = raw + self.newline  # a record that used to be last gained a successor
-            parts.append(raw if raw is not None else self._serialise(cells))
-        text = "".join(parts)
-        if not self.trailing_newline and text.endswith(self.newline):
-            text = text[: -len(self.newline)]
-        return text
+            yield raw if raw is not None else self._serialise(cells)
+
+    def to_text(self) -> str:
+        return "".join(self.iter_text())
 
     def write(self, path: str | Path | None = None) -> Path:
         """Write atomically (temporary file + rename) to ``path`` or the file it was read from."""
         target = Path(path) if path is not None else self.path
         if target is None:
             raise DatabaseError("table has no path to write to")
-        atomic_write_bytes(target, self.to_text().encode("utf-8"))
+        # streamed: a 100,000-row file is never held whole, as text and again as bytes
+        atomic_write_text_chunks(target, self.iter_text())
         self.path = target
         return target

@@ -14,6 +14,7 @@ file order, so ids are stable as long as the file's rows are.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -121,7 +122,8 @@ def _row_case(
     csv_file = table.path.name if table.path else f"{kernel_type}.csv"
     signature_key = signature_text(signature_of(kernel_type, cells))
 
-    ref = CaseRef(base_id, kernel_type, csv_file, line, signature_key)
+    # interned, as CaseRef.from_json interns the copies that come back with records and results
+    ref = CaseRef(sys.intern(base_id), kernel_type, csv_file, line, sys.intern(signature_key))
     weight = profiled_time_us(cells)
     profiled = parse_duration(cells.get(PROFILING_AVERAGE, ""))
 
@@ -275,10 +277,7 @@ def load_case_set(
         for index in range(len(table)):
             if table.is_blank(index):
                 continue
-            case, base_id = _row_case(kernel_type, table, index, replay, update_mode, named_apis, world)
-            seen[base_id] = seen.get(base_id, 0) + 1
-            if seen[base_id] > 1:
-                case = dataclasses.replace(case, ref=dataclasses.replace(case.ref, case_id=f"{base_id}#{seen[base_id]}"))
+            case = _numbered(*_row_case(kernel_type, table, index, replay, update_mode, named_apis, world), seen)
             if replay is not None:
                 case = dataclasses.replace(case, replay_kernel_type=replay_type(kernel_type))
             elif case.status == STATUS_NO_REPLAY:
@@ -289,6 +288,15 @@ def load_case_set(
     return result
 
 
+def _numbered(case: Case, base_id: str, seen: dict[str, int]) -> Case:
+    """The second and later rows of one id get ``#2``, ``#3`` ...: stable ids for identical rows."""
+    seen[base_id] = seen.get(base_id, 0) + 1
+    if seen[base_id] == 1:
+        return case
+    case_id = sys.intern(f"{base_id}#{seen[base_id]}")
+    return dataclasses.replace(case, ref=dataclasses.replace(case.ref, case_id=case_id))
+
+
 def record_of(case: Case, outcome: str = "") -> CaseRecord:
     """What the controller keeps of a case: its reference, collection status and weight."""
     return CaseRecord(case.ref, case.status, case.reason, outcome=outcome, weight_us=case.weight_us)
@@ -296,8 +304,12 @@ def record_of(case: Case, outcome: str = "") -> CaseRecord:
 
 def as_params(case_set: CaseSet) -> list["pytest.ParameterSet"]:
     params = []
+    kernel_marks: dict[str, pytest.MarkDecorator] = {}  # one per kernel type, shared by its items
     for case in case_set.cases:
-        marks = [pytest.mark.kernel_type(case.ref.kernel_type)]
+        kernel_type = case.ref.kernel_type
+        if kernel_type not in kernel_marks:
+            kernel_marks[kernel_type] = pytest.mark.kernel_type(kernel_type)
+        marks = [kernel_marks[kernel_type]]
         if not case.runnable:
             marks.append(pytest.mark.skip(reason=f"{case.status}: {case.reason}"))
         params.append(pytest.param(case, id=case.ref.case_id, marks=marks))
