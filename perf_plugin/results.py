@@ -114,7 +114,7 @@ class Samples(Sequence[float]):
         return f"Samples({list(self._values)!r})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class KernelTime:
     """One device kernel (or CPU op) the case launched: mean duration per repeat and calls per repeat."""
 
@@ -123,7 +123,7 @@ class KernelTime:
     calls_per_repeat: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per case, held by the controller until write-back
 class CaseResult:
     ref: CaseRef
     outcome: str

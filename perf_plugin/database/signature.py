@@ -20,6 +20,7 @@ rows the same way.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -35,7 +36,7 @@ def normalise_dtype(token: str) -> str:
         return ""
     if token.startswith("DT_"):
         token = token[3:]
-    return token
+    return sys.intern(token)  # every row repeats a few dtypes: one object each, not one per cell
 
 
 def normalise_format(token: str) -> str:
@@ -44,7 +45,7 @@ def normalise_format(token: str) -> str:
         return ""
     if token.startswith("FORMAT_"):
         token = token[7:]
-    return token
+    return sys.intern(token)
 
 
 @dataclass(frozen=True)

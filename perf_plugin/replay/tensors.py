@@ -7,6 +7,7 @@ CPU databases written by this project use the same names.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -59,7 +60,7 @@ FLOATING = frozenset(
 _DRAWN_IN_FLOAT32 = frozenset({"FLOAT8_E4M3FN", "FLOAT8_E5M2"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one or more per collected row
 class TensorSpec:
     """One slot of a row: shape (None for an empty slot), normalised dtype and format, and the
     strides of an input a trace recorded as not contiguous (a view the kernel read in place)."""
@@ -104,7 +105,7 @@ class TensorSpec:
             raise DatabaseError(f"unknown dtype {self.dtype!r}") from None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per collected row
 class KernelRow:
     """What a replay sees of a database row: its kernel type and parsed tensor slots."""
 
@@ -168,8 +169,13 @@ def _specs(row: Mapping[str, str], side: str) -> tuple[TensorSpec, ...]:
                     f"unknown dtype {dtype!r} in slot {i} (known: {', '.join(sorted(DTYPES))})",
                     column=dtype_col,
                 )
-        specs.append(TensorSpec(shape, dtype, formats[i] if i < len(formats) else "", strides[i]))
+        specs.append(_shared_spec(shape, dtype, formats[i] if i < len(formats) else "", strides[i]))
     return tuple(specs)
+
+
+# Equal slots share one spec: a grid's rows repeat their weights', caches' and scales' slots
+# across every token count.  Bounded, so a long-lived process does not keep every spec it saw.
+_shared_spec = functools.lru_cache(maxsize=1 << 16)(TensorSpec)
 
 
 def shape_text(value: "TensorSpec | Sequence[int] | None") -> str:

@@ -61,7 +61,7 @@ STATUS_FILE_ERROR = "file-error"  # the whole file is unusable (missing columns)
 
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per collected row
 class Case:
     ref: CaseRef
     status: str

@@ -61,7 +61,7 @@ class ControllerHooks:
             if report.failed or report.skipped or report.when == "call":
                 self.outcomes[report.nodeid] = "skipped" if report.skipped else report.outcome
         if CASE_PROPERTY in properties and report.nodeid not in state.control.records:
-            outcome = self.outcomes.get(report.nodeid, report.outcome)
+            outcome = self.outcomes.pop(report.nodeid, report.outcome)  # the record keeps it from now on
             if report.failed:
                 outcome = "failed"
             record = CaseRecord.from_json(properties[CASE_PROPERTY])

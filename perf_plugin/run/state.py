@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from perf_plugin.run.journal import RunJournal
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per selected case, held until the run ends
 class CaseRecord:
     """What the controller learns about one selected compute case from its reports."""
 
