@@ -75,16 +75,21 @@ def _signature_index(table: CsvTable, kernel_type: str) -> dict[str, list[int]]:
     return index
 
 
-def _write_measurement(table: CsvTable, row: int, result: CaseResult, timestamp: str) -> None:
+def _write_measurement(table: CsvTable, row: int, result: CaseResult, timestamp: str, shared: dict[str, str]) -> None:
+    """Fill a row's measurement columns; ``shared`` holds one object per distinct text written:
+    rounded to a few decimals, small kernels' statistics repeat across thousands of rows."""
+
+    def put(column: str, text: str) -> None:
+        table.set(row, column, shared.setdefault(text, text))
+
     stats = SampleStats.of(result.samples_us)
     for column, statistic in MICROBENCH_STATISTICS.items():  # the statistic each column holds
-        table.set(row, column, format_number(stats.value(statistic)))
-    table.set(row, MICROBENCH_BACKEND, result.backend)
-    table.set(row, MICROBENCH_TIMESTAMP, timestamp)
-    table.set(row, MICROBENCH_KERNELS, format_breakdown((k.name, k.mean_us) for k in result.kernels))
+        put(column, format_number(stats.value(statistic)))
+    put(MICROBENCH_BACKEND, result.backend)
+    put(MICROBENCH_TIMESTAMP, timestamp)
+    put(MICROBENCH_KERNELS, format_breakdown((k.name, k.mean_us) for k in result.kernels))
     for counter, value in result.counters.items():
-        column = ensure_microbench_counter_column(table, counter)
-        table.set(row, column, format_number(value))
+        put(ensure_microbench_counter_column(table, counter), format_number(value))
 
 
 def _comparable_kernels(table: CsvTable, row: int) -> tuple[str, str]:
@@ -184,6 +189,7 @@ def _apply_results(
     """Write each result into the rows of its signature (appending one in update mode ``all``
     when none matches and the result names its kernel); returns the rows written."""
     touched: set[int] = set()
+    shared: dict[str, str] = {}
     columns_ready = False
     # Rows that share a signature (a MatMul with the weight transposed or not: one M, K, N) are
     # each measured by their own case: a case's result goes to its own row, not to all of them.
@@ -212,7 +218,7 @@ def _apply_results(
             _prepare_columns(table)
             columns_ready = True
         for row in rows:
-            _write_measurement(table, row, result, request.timestamp)
+            _write_measurement(table, row, result, request.timestamp, shared)
             touched.add(row)
     summary.rows_updated = len(touched) - summary.rows_appended
     return touched
