@@ -377,7 +377,20 @@ def test_new_device_directory_starts_from_the_shipped_sample(pytester: pytest.Py
     assert len(rows) == 1 and rows[0]["Average Duration(us)"] != "99"
 
 
+KEPT_REPORTS_CONFTEST = """
+import json
+import pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter):
+    kept = {key: [report.when for report in reports] for key, reports in terminalreporter.stats.items()}
+    with open("kept_reports.json", "w") as handle:
+        json.dump(kept, handle)
+"""
+
+
 def test_xdist_workers_send_results_to_the_controller(pytester: pytest.Pytester, project: Path) -> None:
+    pytester.makeconftest(KEPT_REPORTS_CONFTEST)
     result = pytester.runpytest_subprocess(
         "--database-path", str(project), "--repeat-count", "3", "-n", "2", "-p", "no:cacheprovider",
         "--profile-batch-size", "1",
@@ -385,6 +398,9 @@ def test_xdist_workers_send_results_to_the_controller(pytester: pytest.Pytester,
     result.assert_outcomes(passed=3)
     for name in ("MatMulV2.csv", "Add.csv"):
         assert all(float(r["Average Duration(us)"]) > 0 for r in read_rows(project / name))
+    # the workers' reports reach the controller's terminal reporter: only the counted ones stay
+    kept = json.loads((pytester.path / "kept_reports.json").read_text())
+    assert kept.get("", []) == [] and kept["passed"] == ["call"] * 3
 
 
 @pytest.mark.parametrize("workers", [None, "2"])
