@@ -16,11 +16,11 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from perf_plugin.database.atomic import atomic_write_text, atomic_write_text_chunks
+from perf_plugin.database.atomic import atomic_write_text
 from perf_plugin.report.gap import write_gap_csv
 from perf_plugin.report.markdown import render_replay_report
 from perf_plugin.report.plot import plot_gap
-from perf_plugin.report.run_json import iter_run_report
+from perf_plugin.report.run_json import write_run_report
 from perf_plugin.report.tally import tally_cases
 from perf_plugin.results import CaseResult, QuarantinedRow, RunSummary
 
@@ -54,7 +54,7 @@ def write_reports(reports_dir: Path, summary: RunSummary, timestamp: str) -> lis
     reports_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(paths["markdown"], render_replay_report(summary))
     write_gap_csv(paths["gap"], summary.gaps)
-    atomic_write_text_chunks(paths["json"], iter_run_report(summary, reports_dir))  # a line per case, streamed
+    write_run_report(paths["json"], summary)  # streamed, a line per case
     written = [paths["markdown"], paths["gap"], paths["json"]]
     try:
         plot = plot_gap(paths["plot"], summary.gaps)

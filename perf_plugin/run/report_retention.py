@@ -6,8 +6,8 @@ which the summary never counts (pytest skips the empty key when it builds the "N
 the only reader is ``-rP``'s output of passed tests, and only for a teardown that captured
 output.  Yet each report holds its test's keywords, location, sections and timings: two of the
 three reports every case leaves behind.  At 20,000 small replay cases on a 2-core x86 host,
-letting them go lowered the run's resident memory by 72 MiB (3.6 KB per case;
-``benchmarks/bench_overhead.py --memory-only --one-shape``).
+letting them go lowered the run's resident memory by 72 MiB (3.6 KB per case; rows of one
+shape, measured as ``reproduce/wip/memory_phases.py`` does).
 
 The report is released after every other plugin has seen it (a ``trylast`` hook), and only when
 it is the one just added, so nothing else in ``stats`` is touched.
