@@ -1,10 +1,14 @@
 """Small cases per second on one device, side by side in one run, and the harness's peak memory.
 
-Three sides replay the same small rows (an Add of a few thousand fp32 elements, ``--repeats``
+Five sides replay the same small rows (an Add of a few thousand fp32 elements, ``--repeats``
 timed repeats after 5 warm-ups, verified once):
 
 * **bare loop**: the replays alone in a Python loop, no profiler and no pytest (inputs, check,
   warm-up, repeats, a device synchronisation per case): the floor under any harness;
+* **bare loop, this collector**: the same loop under this version's collector, still no pytest:
+  minus the bare loop, what the profiler costs per case;
+* **empty pytest tests**: as many empty parametrized tests through pytest, without its log
+  capture as a replay run has it: pytest's own cost per test;
 * **harness**: ``pytest bench`` as a user runs it, with this version's collector;
 * **harness, previous collector**: the same ``pytest bench``, its collector swapped (through the
   ``pytest_perf_make_collector`` hook) for the one this version replaced.  On CUDA that one
@@ -25,8 +29,9 @@ project installed (``pip install -e .``), run from a checkout of the repository.
     python benchmarks/bench_throughput.py --backend cuda --cases 3000 --memory-rows 10000,100000
     python benchmarks/bench_throughput.py --backend cpu --cases 1000 --rounds 2 --memory-rows 10000
 
-Expected output: a line per round, then a table of the three sides (ms per case, cases per
-second, ratio to the bare loop) and, with ``--memory-rows``, a line per row count with the
+Expected output: a line per round, then a table of the five sides (ms per case, cases per
+second, ratio to the bare loop), what the profiler, pytest and the plugin each add per case and
+the floor of a harness with this collector and, with ``--memory-rows``, a line per row count with the
 harness's peak RSS (the target for 100,000 rows is under 1.5 GiB).
 """
 
@@ -43,7 +48,7 @@ from pathlib import Path
 from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_overhead import STEADY_CLOCK, write_database  # noqa: E402  (a sibling script, not a package)
+from bench_overhead import CHILD_EMPTY_TESTS, STEADY_CLOCK, write_database  # noqa: E402  (a sibling script)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,7 +114,12 @@ CHILD_BARE = textwrap.dedent(
             return []
 
     backend = resolve_backend(backend_name)
-    runner = ReplayRunner(backend, NoProfiler(backend), int(repeats), 5)
+    if side == "collector":  # the same loop under this version's collector, no pytest
+        from perf_plugin.profiling.torch_profiler import TorchProfilerCollector
+        collector = TorchProfilerCollector(backend, batch_size=32)
+    else:
+        collector = NoProfiler(backend)
+    runner = ReplayRunner(backend, collector, int(repeats), 5)
     cases = load_case_set(Path(db), get_replay).cases
     skip = len(cases) // 10
     start = time.perf_counter()
@@ -117,13 +127,15 @@ CHILD_BARE = textwrap.dedent(
         if index == skip:
             steady_start = time.perf_counter()
         runner.run(case)
+        collector.drain()
     end = time.perf_counter()
     json.dump({"wall": end - start, "code": 0, "steady": [end - steady_start, len(cases) - skip],
                "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}, open(out, "w"))
     """
 )
 
-SIDES = {"bare": ("bare loop (no profiler)", CHILD_BARE), "harness": ("harness", CHILD_PYTEST),
+SIDES = {"bare": ("bare loop (no profiler)", CHILD_BARE), "collector": ("bare loop, this collector", CHILD_BARE),
+         "empty": ("empty pytest tests", CHILD_EMPTY_TESTS.format(extra=[])), "harness": ("harness", CHILD_PYTEST),
          "previous": ("harness, previous collector", CHILD_PYTEST)}
 
 
@@ -157,6 +169,18 @@ def throughput(args: argparse.Namespace, scratch: Path) -> None:
     for side, (label, _) in SIDES.items():
         seconds = median(per_case[side])
         print(f"{label:32}{1e3 * seconds:>10.3f}{1 / seconds:>10.0f}{seconds / bare:>9.2f}")
+    print_floor({side: median(seconds) for side, seconds in per_case.items()})
+
+
+def print_floor(ms: dict[str, float]) -> None:
+    """What each layer adds per case, and the least a harness built of these layers can cost."""
+    profiler = ms["collector"] - ms["bare"]
+    plugin = ms["harness"] - ms["collector"] - ms["empty"]
+    floor = ms["bare"] + profiler + ms["empty"]
+    print(f"per case: profiler {1e3 * profiler:.3f} ms (collector loop - bare), pytest's own {1e3 * ms['empty']:.3f} "
+          f"ms (an empty test), the plugin {1e3 * plugin:.3f} ms (harness - collector loop - empty test)")
+    print(f"floor with this collector and no plugin work: bare + profiler + empty test = {1e3 * floor:.3f} ms "
+          f"({1 / floor:.0f} cases/s)")
     print("target: the harness at most 2 ms per small case (500 cases/s) on an H100 host")
 
 

@@ -25,7 +25,14 @@ warm-up, timed repeats) and differs only in how the profiler is driven:
 * ``batch-toggled``: one session per 32 cases, collection toggled off outside the timed repeats
   (``toggle_collection_dynamic``), on CUDA too;
 * ``batch-filtered``: CUDA only, where torch supports activity filters: kernels, memcpy and memset
-  without the runtime API records.
+  without the runtime API records;
+* ``kineto-no-external-correlation``: the low-level session with ``disable_external_correlation``;
+* ``kineto-device-activity-types``: the low-level session with a Kineto configuration string that
+  names the activity types (kernels, memcpy, memset and the runtime records that link them);
+* ``cupti-python``, ``cupti-python-hw``: CUDA only, NVIDIA's ``cupti-python`` activity API instead
+  of torch.profiler: kernel, memcpy and memset records only, enabled once, flushed every 32 cases,
+  the harness's markers and attribution (``-hw``: CUPTI's hardware-based tracing as well).  CUPTI's
+  activity callbacks are process-wide, so list these after the torch.profiler variants.
 
 For each it prints ms/case (median over alternating rounds), profiler events per case, how many
 cases were measured, and the median over cases of the per-case mean duration relative to
@@ -172,6 +179,88 @@ class LowLevel(Counting):
         return found
 
 
+class KinetoConfigured(LowLevel):
+    """The low-level session with an experimental configuration: a Kineto configuration string
+    (``custom_profiler_config``) or ``disable_external_correlation``."""
+
+    def __init__(self, *args: Any, custom: str = "", no_external_correlation: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.custom, self.no_external_correlation = custom, no_external_correlation
+
+    def _ensure_started(self) -> None:
+        if self._profiler is None:
+            from torch._C._profiler import ProfilerConfig, ProfilerState, _ExperimentalConfig
+            from torch.autograd.profiler import _enable_profiler, _prepare_profiler
+
+            experimental = _ExperimentalConfig(
+                disable_external_correlation=self.no_external_correlation, custom_profiler_config=self.custom
+            )
+            config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, experimental)
+            activities = _activity_set(self.backend.name)
+            with quiet_native_stderr():
+                _prepare_profiler(config, activities)
+                _enable_profiler(config, activities)
+            self._profiler = True
+
+
+class CuptiPython(Counting):
+    """NVIDIA's cupti-python activity API: kernel, memcpy and memset records only (no runtime-API
+    records), enabled once and flushed at every batch; the harness's markers and attribution.
+    Records carry mangled kernel names (the marker's still contains ``spin_kernel``)."""
+
+    def __init__(self, *args: Any, hw_trace: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._toggles = False
+        self.hw_trace = hw_trace
+        self.records: list[Any] = []
+        self.enabled = False
+
+    def _requested(self) -> tuple[int, int]:
+        return 8 * 1024 * 1024, 0
+
+    def _completed(self, activities: list[Any]) -> None:
+        from perf_plugin.profiling.attribution import RawEvent
+
+        for a in activities:
+            name = getattr(a, "name", None) or f"memory {int(a.kind)}"
+            self.records.append(RawEvent(name, True, a.start, a.end - a.start, a.correlation_id, 0, False))
+
+    def _ensure_started(self) -> None:
+        if not self.enabled:
+            from cupti import cupti
+
+            cupti.activity_register_callbacks(self._requested, self._completed)
+            if self.hw_trace:
+                cupti.activity_enable_hw_trace(1)
+            for kind in (cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.MEMCPY, cupti.ActivityKind.MEMSET):
+                cupti.activity_enable(kind)
+            self.enabled = True
+        self._profiler = True
+
+    def _stop(self):  # type: ignore[no-untyped-def]
+        if self._profiler is None:
+            return []
+        from cupti import cupti
+
+        self.backend.synchronize()
+        self._profiler = None
+        cupti.activity_flush_all(1)
+        found, self.records = self.records, []
+        found.sort(key=lambda e: e.correlation_id)
+        self.events += len(found)
+        return found
+
+    def close(self) -> None:
+        """Disable the activities, so that a later torch.profiler session has CUPTI to itself."""
+        from cupti import cupti
+
+        for kind in (cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.MEMCPY, cupti.ActivityKind.MEMSET):
+            cupti.activity_disable(kind)
+        if self.hw_trace:
+            cupti.activity_enable_hw_trace(0)
+        cupti.activity_flush_all(1)
+
+
 class PerCase(LowLevel):
     def measure(self, case, run_once, repeats, before_repeat=None):  # type: ignore[no-untyped-def]
         super().measure(case, run_once, repeats, before_repeat)
@@ -194,6 +283,12 @@ def make(name: str, backend: Any) -> Any:
         return PerCase(backend, batch_size=1)
     if name == "batch-filtered":
         return LowLevel(backend, batch_size=32, filtered=True)
+    if name == "kineto-no-external-correlation":
+        return KinetoConfigured(backend, batch_size=32, no_external_correlation=True)
+    if name == "kineto-device-activity-types":  # crashed (segfault) on torch 2.11 once: run it last
+        return KinetoConfigured(backend, batch_size=32, custom="ACTIVITY_TYPES=kernel,gpu_memcpy,gpu_memset,cuda_runtime")
+    if name in ("cupti-python", "cupti-python-hw"):
+        return CuptiPython(backend, batch_size=32, hw_trace=name.endswith("-hw"))
     raise ValueError(name)
 
 
@@ -213,6 +308,8 @@ def run_variant(name: str, backend: Any, cases: list, repeats: int) -> tuple[flo
     except Exception as exc:  # a variant this torch does not support
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
     wall = time.perf_counter() - start
+    if hasattr(collector, "close"):
+        collector.close()
     means = {r.ref.case_id: statistics.fmean(r.samples_us) for r in results if r.samples_us}
     return wall / len(cases), collector.events / len(cases), means, error
 
@@ -272,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = small_cases(args.cases)
     names = [n for n in args.variants.split(",") if n]
     if args.backend != "cuda":
-        names = [n for n in names if n != "batch-filtered"]
+        names = [n for n in names if n != "batch-filtered" and not n.startswith("cupti")]
     run_variant("batch", backend, cases[:64], args.repeats)  # warm: imports, CUPTI, kernels
     walls: dict[str, list[float]] = {n: [] for n in names}
     events: dict[str, float] = {}
