@@ -140,9 +140,12 @@ def _fallback(op: TraceOp) -> MappedOp:
     kernel_type = sanitise_operator_name(op.name)
     recorded = _recorded_aten_call(op)
     if recorded is not None:
+        # the call's slots, which can hold tensors the profiler did not record as arguments
+        # (indexing's indices, recovered from its callees)
         call, outputs = recorded
         produced = tuple(Slot(tuple(t.shape), _dtype_name(t.dtype)) for t in outputs)
-        return MappedOp(kernel_type, tuple(inputs), produced, tuple(strides), call.arguments_cell())
+        slots = tuple(Slot(slot.shape, slot.dtype) for slot in call.slots)
+        return MappedOp(kernel_type, slots, produced, tuple(slot.strides for slot in call.slots), call.arguments_cell())
     return MappedOp(kernel_type, tuple(inputs), _rule_outputs(op), tuple(strides))
 
 

@@ -7,8 +7,10 @@ the tensors, and the ``Op Arguments`` cell holds the rest as compact JSON::
 
     {"overload": "dim", "args": [{"tensor": 0}, [-1], true, null]}
 
-``{"tensor": k}`` is input slot ``k``, ``{"tensors": [k, ...]}`` a tensor list, anything else the
-argument's value.  ``overload`` names the ``torch.ops.aten`` overload the arguments select; it is
+``{"tensor": k}`` is input slot ``k``, ``{"tensors": [k, ...]}`` a tensor list (``null`` entries
+are ``None`` in a list of optional tensors: ``aten::index``'s indices, which the profiler does
+not record and ``perf_plugin.trace.index_lists`` recovers from the operator's callees), anything
+else the argument's value.  ``overload`` names the ``torch.ops.aten`` overload the arguments select; it is
 found at ingest by calling the candidates on ``meta`` tensors (no memory, no arithmetic), which
 also gives the output shapes and dtypes the trace does not record.  Integer values of ``dtype``
 arguments are ``at::ScalarType`` codes; they become ``torch.dtype`` objects where the overload's
@@ -32,6 +34,7 @@ from perf_plugin.trace.args import (
     tensor_list_arg,
 )
 from perf_plugin.trace.events import TraceOp
+from perf_plugin.trace.index_lists import INDICES_ARGUMENT, recover_indices
 
 if TYPE_CHECKING:
     import torch
@@ -79,6 +82,15 @@ def record_call(op: TraceOp) -> RecordedCall:
             template.append({TENSORS: list(range(len(slots), len(slots) + len(items)))})
             slots.extend(TensorSlot(t.shape, t.dtype, t.strides) for t in items)
             continue
+        indices = recover_indices(op) if index == INDICES_ARGUMENT else None
+        if indices is not None:
+            entries: list[int | None] = []
+            for item in indices:
+                entries.append(None if item is None else len(slots))
+                if item is not None:
+                    slots.append(TensorSlot(item.shape, item.dtype, item.strides))
+            template.append({TENSORS: entries})
+            continue
         if kind not in NON_TENSOR_TYPES:
             raise AtenCallError(f"argument {index} of type {kind!r} is neither a tensor nor a value")
         raw = op.concrete[index] if index < len(op.concrete) else ""
@@ -103,7 +115,7 @@ def slots_used(template: Sequence[Any]) -> list[int]:
         if isinstance(value, dict) and TENSOR in value:
             used.append(int(value[TENSOR]))
         elif isinstance(value, dict) and TENSORS in value:
-            used.extend(int(k) for k in value[TENSORS])
+            used.extend(int(k) for k in value[TENSORS] if k is not None)
     return used
 
 
@@ -139,7 +151,7 @@ def build_arguments(
         if isinstance(value, dict) and TENSOR in value:
             value = tensors[int(value[TENSOR])]
         elif isinstance(value, dict) and TENSORS in value:
-            value = [tensors[int(k)] for k in value[TENSORS]]
+            value = [None if k is None else tensors[int(k)] for k in value[TENSORS]]
         elif isinstance(value, int) and not isinstance(value, bool) and argument is not None and _is_scalar_type(argument):
             value = getattr(torch, _TORCH_DTYPES[SCALAR_TYPE_CODES[value]])
         if argument is not None and argument.name == "device" and value is None:

@@ -51,6 +51,47 @@ def _index_bound(row: KernelRow) -> int:
     return min(dims, default=100)
 
 
+# Operators whose argument 1 is a list of index tensors into argument 0 (``x[idx]``, ``x[idx] = v``).
+INDEXING = frozenset({"index", "index_put", "_index_put_impl"})
+
+
+def _indexed_dims(row: KernelRow, template: Sequence[Any]) -> dict[int, tuple[int, bool]]:
+    """Index slots of an indexing call -> (size of the dimension they index, whether values
+    must be distinct).  Writes through repeated indices without accumulation leave whichever
+    write lands last (on CUDA, any of them), so those indices are drawn without repetition."""
+    if _operator_name(row) not in INDEXING or len(template) < 2:
+        return {}
+    source, indices = template[0], template[1]
+    if not (isinstance(source, dict) and isinstance(indices, dict) and isinstance(indices.get("tensors"), list)):
+        return {}
+    shape = row.inputs[int(source["tensor"])].shape or ()
+    accumulate = len(template) > 3 and template[3] is True
+    distinct = _operator_name(row) != "index" and not accumulate
+    found: dict[int, tuple[int, bool]] = {}
+    for position, slot in enumerate(indices["tensors"]):
+        if slot is not None and position < len(shape):
+            found[int(slot)] = (shape[position], distinct and not found)  # the first index tensor decides
+    return found
+
+
+def _index_values(
+    spec: TensorSpec, indexed: tuple[int, bool], device: "torch.device", generator: "torch.Generator"
+) -> "torch.Tensor":
+    """Indices over the whole indexed dimension, as a model's gather or scatter addresses it."""
+    import torch
+
+    size, distinct = indexed
+    shape = spec.shape or ()
+    count = 1
+    for dim in shape:
+        count *= dim
+    if distinct and count <= size:
+        drawn = torch.randperm(size, generator=generator, device=device)[:count]
+    else:
+        drawn = torch.randint(0, max(size, 1), (count,), generator=generator, device=device)
+    return drawn.to(spec.torch_dtype()).reshape(shape)
+
+
 class AtenOpReplay(OpReplay):
     """Any ``aten.<operator>`` row with its recorded arguments."""
 
@@ -87,7 +128,12 @@ class AtenOpReplay(OpReplay):
     def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
         overload, template = self._call(row)
         bound = _index_bound(row)
-        tensors = tuple(self._tensor(spec, device, generator, bound) for spec in _slots(row))
+        indexing = _indexed_dims(row, template)
+        tensors = tuple(
+            _index_values(spec, indexing[k], device, generator) if k in indexing
+            else self._tensor(spec, device, generator, bound)
+            for k, spec in enumerate(_slots(row))
+        )
         return _operator_name(row), overload, template, tensors, device
 
     def _tensor(self, spec: TensorSpec, device: "torch.device", generator: "torch.Generator", bound: int) -> Any:
