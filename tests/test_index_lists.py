@@ -25,6 +25,7 @@ from tests.kernels.support import kernel_row, replay_of, replay_on_cpu
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CPU_TRACE = FIXTURES / "cpu" / "indexing_trace.json"
+CUDA_TRACE = FIXTURES / "cuda" / "indexing_trace.json"
 
 
 def _indexing_ops(trace: Path) -> list[TraceOp]:
@@ -46,6 +47,21 @@ def test_indices_are_recovered_where_the_callees_determine_them() -> None:
         ("aten::index", None),  # a boolean mask: its count of selected elements is not recorded
         ("aten::index_put_", [((48,), "INT64")]),  # accumulate=True
         ("aten::index_put_", [((64,), "INT64")]),  # inverse[order] = arange
+    ]
+
+
+def test_on_cuda_the_same_indices_are_recovered_except_an_accumulating_write() -> None:
+    """On CUDA an accumulating ``index_put_`` sorts a linear index instead (its callees are
+    bounds checks and index arithmetic, no restride): not recovered."""
+    found = [(op.name, _described(recover_indices(op))) for op in _indexing_ops(CUDA_TRACE)]
+    assert found == [
+        ("aten::index", [((48,), "INT64")]),
+        ("aten::index", [None, ((10,), "INT64")]),
+        ("aten::index", [((5,), "INT64"), ((5,), "INT64")]),
+        ("aten::index", None),
+        ("aten::index", None),
+        ("aten::index_put_", None),
+        ("aten::index_put_", [((64,), "INT64")]),
     ]
 
 

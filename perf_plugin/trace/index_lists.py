@@ -14,8 +14,9 @@ for ``index`` and the non-accumulating ``index_put_``):
 
 This covers indices that are adjacent and integer (``x[idx]``, ``x[:, idx]``, ``x[a, b]``).
 Boolean masks (indexed through an ``aten::nonzero`` callee whose result count depends on the
-values) and non-adjacent indices (the tensor is permuted first) are not recovered: the row keeps
-its measurement and has no replay, as before.
+values), non-adjacent indices (the tensor is permuted first) and, on CUDA, an accumulating
+``index_put_`` (it sorts a linear index instead: bounds checks and index arithmetic, no
+restride) are not recovered: the row keeps its measurement and has no replay, as before.
 """
 
 from __future__ import annotations

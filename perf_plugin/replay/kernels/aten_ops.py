@@ -104,7 +104,8 @@ class AtenOpReplay(OpReplay):
             raise CaseBuildError(
                 f"{row.kernel_type} has no '{OP_ARGUMENTS}' cell: the trace did not record the call's "
                 "arguments fully enough to call the operator again (the profiler records nothing of a "
-                "list of optional tensors, such as aten::index's indices; record_shapes=True records the rest)"
+                "list of optional tensors: aten::index's indices are recovered from its callees, but not "
+                "a boolean mask's or non-adjacent ones; record_shapes=True records the rest)"
             )
         try:
             overload, template = parse_arguments(cell)
