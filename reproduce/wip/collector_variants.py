@@ -52,7 +52,13 @@ ms, ``batch`` 2.32 ms with 46.5 events per case (README: 1.3 and 3.2 ms, ~47 eve
 ``batch-toggled`` 5.41 ms with 32 events (README: 5.5 ms, 32 instead of 52), stopping a session
 8.4-10.6 us per event and reading it back 4.3-7.0 us (README: 10-26 and 7-8 us); the host is
 shared and its timings move by up to 2x between machines.  ``batch-filtered`` fails on torch
-2.11 (``_prepare_profiler()`` takes no activity filter) and is reported as such.
+2.11 (``_prepare_profiler()`` takes no activity filter) and is reported as such.  A later run
+(H100 80GB HBM3, ``--cases 512 --rounds 2``): ``none`` 0.90 ms, ``batch`` 2.15, ``batch-lowlevel``
+2.49, ``kineto-no-external-correlation`` 2.60, ``cupti-python`` (13.2, on the image's CUPTI 13.0)
+1.81 ms with 47 records per case but kernel durations 2.1x ``batch``'s for the same cases (not
+investigated), ``cupti-python-hw`` not supported there (``CUPTI_ERROR_NOT_SUPPORTED``);
+``kineto-device-activity-types``, run alone, crashed the process; stopping a session 9.6 us per
+event for marker kernels and 31.4 us for add kernels.
 
 Prerequisites: a CPU, or an NVIDIA GPU with torch built for CUDA (``--backend cuda``); this
 project installed (``pip install -e .``).  Host timings move by 10-30 % between runs on a
