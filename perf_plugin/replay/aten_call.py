@@ -157,7 +157,9 @@ def build_arguments(
         if argument is not None and argument.name == "device" and value is None:
             value = device
         if argument is not None and argument.kwarg_only:
-            if value is not None:
+            # an unset optional keyword is left out, unless the schema gives it no default
+            # (``randint.low_generator``'s ``Generator? generator``): then it is passed as None
+            if value is not None or not argument.has_default_value():
                 keywords[argument.name] = value
         else:
             positional.append(value)
@@ -212,7 +214,7 @@ def resolve_on_meta(recorded: RecordedCall) -> tuple[RecordedCall, list["torch.T
     for overload in target.overloads():
         function = getattr(target, overload)
         try:
-            positional, keywords = build_arguments(recorded.template, tensors, function._schema)
+            positional, keywords = build_arguments(recorded.template, tensors, function._schema, "meta")
             result = function(*positional, **keywords)
         except Exception as exc:  # noqa: BLE001 - overloads reject arguments in many ways
             errors.append(f"{overload}: {type(exc).__name__}")

@@ -132,6 +132,20 @@ def test_zero_dimensional_tensors_are_empty_shapes_with_a_dtype(tmp_path: Path) 
     assert outputs.dim() == 0
 
 
+def test_a_keyword_without_default_is_passed_even_when_the_trace_left_it_unset(tmp_path: Path) -> None:
+    """``torch.randint(low, high, size, generator=None)`` records the ``low_generator`` overload's
+    arguments, whose ``Generator? generator`` has no default: it must be passed as None, not left out."""
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        torch.randint(0, 1024, (1, 512), generator=None)
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    ingest_path(tmp_path / "trace.json", tmp_path / "db")
+    (row,) = _rows(tmp_path / "db", "aten.randint")
+    assert (row["Output Shapes"], row["Output Data Types"]) == ('"1,512"', "INT64")
+    assert '"overload":"low_generator"' in row[OP_ARGUMENTS]
+    outputs, _ = replay_on_cpu("aten.randint", row)
+    assert tuple(outputs.shape) == (1, 512) and int(outputs.max()) < 1024
+
+
 def test_fp8_gemms_replay_with_a_float64_reference() -> None:
     """A row as ingest writes it from an H100 trace of an FP8 linear layer (scales 0-d float32,
     the weight column-major); the reference needs no FP8 GEMM on the CPU."""
