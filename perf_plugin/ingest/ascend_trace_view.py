@@ -29,7 +29,6 @@ few profiled steps are tens of megabytes.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.ingest.json_file import load_json_file
 
 HARDWARE_PROCESS = "Ascend Hardware"
 LAUNCH_FLOW = "torch_to_npu"
@@ -71,14 +71,7 @@ def to_ns(value: object) -> int | None:
 def read_events(path: str | Path) -> list[dict[str, Any]]:
     """The events of a trace_view.json; DatabaseError naming the file (and line, column) otherwise."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except OSError as exc:
-        raise DatabaseError(f"cannot read the trace: {exc.strerror}", path=path) from None
-    except UnicodeDecodeError as exc:
-        raise DatabaseError(f"not UTF-8 text (byte {exc.start})", path=path) from None
-    except json.JSONDecodeError as exc:
-        raise DatabaseError(f"not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}", path=path) from None
+    data = load_json_file(path)
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise DatabaseError("not a Chrome trace: expected an array of events or {\"traceEvents\": [...]}", path=path)

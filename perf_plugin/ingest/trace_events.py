@@ -16,12 +16,11 @@ decimals); a live ``profile`` object holds them as ``_KinetoEvent`` objects.  Bo
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 from typing import Any
 
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.ingest.json_file import load_json_file
 from perf_plugin.trace.events import DeviceActivity, Launch, TraceData, TraceOp
 
 CPU_OP_CATEGORIES = frozenset({"cpu_op", "operator"})
@@ -43,23 +42,10 @@ def _int_or_none(value: Any) -> int | None:
         return None
 
 
-def _load_json(path: Path) -> Any:
-    try:
-        if path.name.lower().endswith(".gz"):
-            with gzip.open(path, "rt", encoding="utf-8") as handle:
-                return json.load(handle)
-        with path.open("r", encoding="utf-8") as handle:
-            return json.load(handle)
-    except OSError as exc:
-        raise DatabaseError(f"cannot read file: {exc.strerror or exc}", path=path) from None
-    except (json.JSONDecodeError, UnicodeDecodeError, EOFError) as exc:
-        raise DatabaseError(f"not a JSON trace: {exc}", path=path) from None
-
-
 def read_chrome_trace(path: str | Path) -> TraceData:
     """Events of a trace written by ``torch.profiler.profile.export_chrome_trace``."""
     path = Path(path)
-    document = _load_json(path)
+    document = load_json_file(path, "a JSON trace")
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         raise DatabaseError("not a Chrome trace: no 'traceEvents' list", path=path)
