@@ -133,3 +133,20 @@ def test_none_entries_of_a_tensor_list_pass_through_as_none() -> None:
     assert slots_used(template) == [0, 1]
     positional, _ = build_arguments(template, ["x", "i"])
     assert positional == ["x", [None, "i"]]
+
+
+def test_a_write_the_model_made_in_place_is_replayed_in_place(indexing_rows: dict[str, list[dict[str, str]]]) -> None:
+    """``inverse[order] = arange`` ran ``index_put_``: replaying the out-of-place ``index_put``
+    would add a copy kernel the model never ran.  Writing twice leaves what writing once does,
+    so the first call's output still checks against a reference computed after it."""
+    writes = {parse_arguments(row["Op Arguments"])[1][3]: row for row in indexing_rows["aten.index_put"]}
+    assert '"operator":"index_put_"' in writes[False]["Op Arguments"]
+    replay = replay_of("aten.index_put")
+    args = replay.make_inputs(kernel_row("aten.index_put", writes[False]), torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert args[0] == "index_put_"
+    assert replay.run(*args).data_ptr() == args[3][0].data_ptr()  # written into the input itself
+    replay_on_cpu("aten.index_put", writes[False])
+    # an accumulating write adds again at every repeat: it stays out of place
+    args = replay.make_inputs(kernel_row("aten.index_put", writes[True]), torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert args[0] == "index_put"
+    assert replay.run(*args).data_ptr() != args[3][0].data_ptr()

@@ -10,9 +10,11 @@ the tensors, and the ``Op Arguments`` cell holds the rest as compact JSON::
 ``{"tensor": k}`` is input slot ``k``, ``{"tensors": [k, ...]}`` a tensor list (``null`` entries
 are ``None`` in a list of optional tensors: ``aten::index``'s indices, which the profiler does
 not record and ``perf_plugin.trace.index_lists`` recovers from the operator's callees), anything
-else the argument's value.  ``overload`` names the ``torch.ops.aten`` overload the arguments select; it is
-found at ingest by calling the candidates on ``meta`` tensors (no memory, no arithmetic), which
-also gives the output shapes and dtypes the trace does not record.  Integer values of ``dtype``
+else the argument's value.  ``overload`` names the ``torch.ops.aten`` overload the arguments
+select; it is found at ingest by calling the candidates on ``meta`` tensors (no memory, no
+arithmetic), which also gives the output shapes and dtypes the trace does not record.  A call
+made in place also names its ``operator`` (``index_put_``): the row's kernel type drops the
+trailing underscore.  Integer values of ``dtype``
 arguments are ``at::ScalarType`` codes; they become ``torch.dtype`` objects where the overload's
 schema takes a ScalarType.
 """
@@ -64,7 +66,12 @@ class RecordedCall:
     overload: str = ""
 
     def arguments_cell(self) -> str:
-        return json.dumps({"overload": self.overload, "args": list(self.template)}, separators=(",", ":"))
+        document: dict[str, Any] = {"overload": self.overload, "args": list(self.template)}
+        if self.name.endswith("_"):
+            # the row's kernel type drops the trailing underscore (``aten.index_put``); the cell
+            # keeps that the model wrote in place
+            document["operator"] = self.name
+        return json.dumps(document, separators=(",", ":"))
 
 
 def record_call(op: TraceOp) -> RecordedCall:
@@ -107,6 +114,16 @@ def parse_arguments(cell: str) -> tuple[str, tuple[Any, ...]]:
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise AtenCallError(f"not an argument record ({exc})") from None
     return overload, template
+
+
+def recorded_operator(cell: str) -> str:
+    """The operator an ``Op Arguments`` cell names (in-place calls only), else ""."""
+    try:
+        document = json.loads(cell)
+    except ValueError:
+        return ""
+    operator = document.get("operator", "") if isinstance(document, dict) else ""
+    return operator if isinstance(operator, str) else ""
 
 
 def slots_used(template: Sequence[Any]) -> list[int]:

@@ -28,7 +28,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from perf_plugin.database.schema import OP_ARGUMENTS
-from perf_plugin.replay.aten_call import AtenCallError, call, overload_of, parse_arguments, slots_used, tensor_outputs
+from perf_plugin.replay.aten_call import (
+    AtenCallError,
+    call,
+    overload_of,
+    parse_arguments,
+    recorded_operator,
+    slots_used,
+    tensor_outputs,
+)
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.kernels.elementwise import scalar_aware_dtype_slots, scalar_aware_outputs
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec
@@ -40,8 +48,30 @@ PREFIX = "aten."
 FLOAT_RANGE = (0.25, 0.95)
 
 
+# In-place writes replayed in place, as the model ran them: applying one twice leaves what applying
+# it once does, so the first call's output still matches a reference computed after that call
+# (from the inputs it wrote).  Other in-place operators run out of place (a copy first).
+IDEMPOTENT_IN_PLACE = frozenset({"index_put_", "masked_fill_", "fill_", "zero_", "copy_", "index_fill_"})
+
+
 def _operator_name(row: KernelRow) -> str:
+    """The operator to call: the kernel type's, or the in-place one the row recorded where
+    replaying it in place is safe."""
+    recorded = recorded_operator(row.attrs.get(OP_ARGUMENTS, ""))
+    if recorded in IDEMPOTENT_IN_PLACE and not _accumulates(recorded, row):
+        return recorded
     return row.kernel_type[len(PREFIX) :]
+
+
+def _accumulates(operator: str, row: KernelRow) -> bool:
+    """``index_put_(..., accumulate=True)`` adds instead of writing: not idempotent."""
+    if operator != "index_put_":
+        return False
+    try:
+        _, template = parse_arguments(row.attrs.get(OP_ARGUMENTS, ""))
+    except AtenCallError:
+        return False
+    return len(template) > 3 and template[3] is True
 
 
 def _index_bound(row: KernelRow) -> int:
@@ -52,7 +82,7 @@ def _index_bound(row: KernelRow) -> int:
 
 
 # Operators whose argument 1 is a list of index tensors into argument 0 (``x[idx]``, ``x[idx] = v``).
-INDEXING = frozenset({"index", "index_put", "_index_put_impl"})
+INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl"})
 
 
 def _indexed_dims(row: KernelRow, template: Sequence[Any]) -> dict[int, tuple[int, bool]]:
