@@ -24,6 +24,7 @@ results); operators that draw random values (tagged ``nondeterministic_seeded``:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -71,6 +72,11 @@ def _accumulates(operator: str, row: KernelRow) -> bool:
         _, template = parse_arguments(row.attrs.get(OP_ARGUMENTS, ""))
     except AtenCallError:
         return False
+    return _accumulating(template)
+
+
+def _accumulating(template: Sequence[Any]) -> bool:
+    """The ``accumulate`` argument of an ``index_put`` call (argument 3)."""
     return len(template) > 3 and template[3] is True
 
 
@@ -95,8 +101,7 @@ def _indexed_dims(row: KernelRow, template: Sequence[Any]) -> dict[int, tuple[in
     if not (isinstance(source, dict) and isinstance(indices, dict) and isinstance(indices.get("tensors"), list)):
         return {}
     shape = row.inputs[int(source["tensor"])].shape or ()
-    accumulate = len(template) > 3 and template[3] is True
-    distinct = _operator_name(row) != "index" and not accumulate
+    distinct = _operator_name(row) != "index" and not _accumulating(template)
     found: dict[int, tuple[int, bool]] = {}
     for position, slot in enumerate(indices["tensors"]):
         if slot is not None and position < len(shape):
@@ -112,9 +117,7 @@ def _index_values(
 
     size, distinct = indexed
     shape = spec.shape or ()
-    count = 1
-    for dim in shape:
-        count *= dim
+    count = math.prod(shape)
     if distinct and count <= size:
         drawn = torch.randperm(size, generator=generator, device=device)[:count]
     else:
