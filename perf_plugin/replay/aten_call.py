@@ -14,9 +14,8 @@ else the argument's value.  ``overload`` names the ``torch.ops.aten`` overload t
 select; it is found at ingest by calling the candidates on ``meta`` tensors (no memory, no
 arithmetic), which also gives the output shapes and dtypes the trace does not record.  A call
 made in place also names its ``operator`` (``index_put_``): the row's kernel type drops the
-trailing underscore.  Integer values of ``dtype``
-arguments are ``at::ScalarType`` codes; they become ``torch.dtype`` objects where the overload's
-schema takes a ScalarType.
+trailing underscore.  Integer values of ``dtype`` arguments are ``at::ScalarType`` codes; they
+become ``torch.dtype`` objects where the overload's schema takes a ScalarType.
 """
 
 from __future__ import annotations
@@ -69,7 +68,7 @@ class RecordedCall:
         document: dict[str, Any] = {"overload": self.overload, "args": list(self.template)}
         if self.name.endswith("_"):
             # the row's kernel type drops the trailing underscore (``aten.index_put``); the cell
-            # keeps that the model wrote in place
+            # records that the model wrote in place
             document["operator"] = self.name
         return json.dumps(document, separators=(",", ":"))
 
