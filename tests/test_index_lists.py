@@ -44,7 +44,7 @@ def test_indices_are_recovered_where_the_callees_determine_them() -> None:
         ("aten::index", [None, ((10,), "INT64")]),  # x[:, idx]
         ("aten::index", [((5,), "INT64"), ((5,), "INT64")]),  # cube[a, b]
         ("aten::index", None),  # cube[a, :, b]: the tensor is permuted first
-        ("aten::index", None),  # a boolean mask: its count of selected elements is not recorded
+        ("aten::index", [((64,), "BOOL")]),  # x[mask]: the mask, whose nonzero callee counted 27
         ("aten::index_put_", [((48,), "INT64")]),  # accumulate=True
         ("aten::index_put_", [((64,), "INT64")]),  # inverse[order] = arange
     ]
@@ -59,7 +59,7 @@ def test_on_cuda_the_same_indices_are_recovered_except_an_accumulating_write() -
         ("aten::index", [None, ((10,), "INT64")]),
         ("aten::index", [((5,), "INT64"), ((5,), "INT64")]),
         ("aten::index", None),
-        ("aten::index", None),
+        ("aten::index", [((64,), "BOOL")]),
         ("aten::index_put_", None),
         ("aten::index_put_", [((64,), "INT64")]),
     ]
@@ -90,8 +90,11 @@ def test_ingest_writes_the_index_tensors_as_input_slots_of_the_call(indexing_row
     assert leading["Output Shapes"] == '"64,10"'
     assert parse_arguments(leading["Op Arguments"]) == ("Tensor", ({"tensor": 0}, {"tensors": [None, 1]}))
     assert by_inputs['"16,8,4;5;5"']["Output Shapes"] == '"5,4"'
-    # the unrecoverable ones keep their measurement and no arguments
-    assert sum(1 for row in indexing_rows["aten.index"] if not row["Op Arguments"]) == 2
+    # a mask's result has as many rows as the mask selected: the shape its callees recorded
+    masked = by_inputs['"64,32;64"']
+    assert (masked["Input Data Types"], masked["Output Shapes"]) == ("DT_BF16;BOOL", '"27,32"')
+    # the unrecoverable one (non-adjacent indices) keeps its measurement and no arguments
+    assert sum(1 for row in indexing_rows["aten.index"] if not row["Op Arguments"]) == 1
     accumulating = indexing_rows["aten.index_put"][0]
     assert accumulating["Input Shapes"] == '"64,32;48;48,32"'
     assert parse_arguments(accumulating["Op Arguments"])[1][3] is True
@@ -104,7 +107,7 @@ def test_every_recovered_row_replays_and_verifies_on_the_cpu(indexing_rows: dict
             if cells["Op Arguments"]:
                 replay_on_cpu(kernel_type, cells)
                 replayed += 1
-    assert replayed == 5  # three gathers, two writes
+    assert replayed == 6  # three gathers, a masked gather, two writes
 
 
 def test_indices_address_the_whole_indexed_dimension(indexing_rows: dict[str, list[dict[str, str]]]) -> None:
@@ -116,6 +119,16 @@ def test_indices_address_the_whole_indexed_dimension(indexing_rows: dict[str, li
     assert indices.dtype == torch.int64 and indices.shape == (48,)
     assert int(indices.min()) >= 0 and int(indices.max()) < 64
     assert int(indices.max()) >= 32  # drawn over all 64 rows, not below the smallest dimension (32)
+
+
+def test_a_mask_selects_as_many_elements_as_the_model_s_did(indexing_rows: dict[str, list[dict[str, str]]]) -> None:
+    cells = next(row for row in indexing_rows["aten.index"] if row["Input Data Types"] == "DT_BF16;BOOL")
+    replay = replay_of("aten.index")
+    for seed in (0, 1):
+        args = replay.make_inputs(kernel_row("aten.index", cells), torch.device("cpu"), torch.Generator().manual_seed(seed))
+        mask = args[3][1]
+        assert mask.dtype == torch.bool and int(mask.sum()) == 27
+        assert tuple(replay.run(*args).shape) == (27, 32)
 
 
 def test_indices_written_without_accumulation_are_distinct(indexing_rows: dict[str, list[dict[str, str]]]) -> None:

@@ -24,7 +24,9 @@ The trace records inputs only.  Outputs are derived where the inputs determine t
 kernel type's own mapper, and for the other operators here: unary elementwise ops that keep
 the input's shape (``gelu``, ``silu``, ``relu`` ...); comparisons (BOOL, broadcast shape); and
 factories (``randn``, ``zeros`` ...: the ``size`` argument, and the ``dtype`` argument or FLOAT).
-Where outputs cannot be derived (an operator outside these rules, or dims the profiler did not
+An ``aten`` call whose arguments were recorded gets its outputs from the same call on ``meta``
+tensors (``perf_plugin.replay.aten_call``); a boolean-mask gather (``x[mask]``), whose result
+depends on the mask's values, from the restride its callees recorded.  Where outputs cannot be derived (an operator outside these rules, or dims the profiler did not
 record) the three output cells are left empty: the row keeps its measurement and inputs and has
 no replay until a rule derives them.  The profiler records no dtypes for tensors passed in a
 list (``cat``'s inputs); those dtype slots are left empty rather than guessed.
@@ -38,7 +40,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from perf_plugin.replay.aten_call import AtenCallError, RecordedCall, record_call, resolve_on_meta
+from perf_plugin.replay.aten_call import AtenCallError, RecordedCall, record_call, resolve_on_meta, torch_dtype
 from perf_plugin.replay.registry import KernelCatalog
 from perf_plugin.replay.registry import catalog as current_catalog
 from perf_plugin.trace.args import (
@@ -55,6 +57,7 @@ from perf_plugin.trace.args import (
     tensor_args,
 )
 from perf_plugin.trace.events import TraceOp
+from perf_plugin.trace.index_lists import indexed_result_shape
 from perf_plugin.trace.mapped import MappedOp, Slot
 
 # Operators that do no work of their own (views, allocation, metadata).  A top-level operator
@@ -154,9 +157,25 @@ def _recorded_aten_call(op: TraceOp) -> tuple[RecordedCall, list[Any]] | None:
     if not op.name.startswith("aten::") or importlib.util.find_spec("torch") is None:
         return None
     try:
-        return resolve_on_meta(record_call(op))
+        recorded = record_call(op)
     except AtenCallError:
         return None
+    try:
+        return resolve_on_meta(recorded)
+    except AtenCallError:
+        return _masked_gather(op, recorded)
+
+
+def _masked_gather(op: TraceOp, recorded: RecordedCall) -> tuple[RecordedCall, list[Any]] | None:
+    """``x[mask]``: how many elements a boolean mask selects depends on its values, so no call on
+    ``meta`` tensors gives the result's shape; the operator's restride callee recorded it."""
+    shape = indexed_result_shape(op)
+    if shape is None or not any(slot.dtype == "BOOL" for slot in recorded.slots[1:]):
+        return None
+    import torch
+
+    dtype = torch_dtype(recorded.slots[0].dtype)
+    return dataclasses.replace(recorded, overload="Tensor"), [torch.empty(shape, dtype=dtype, device="meta")]
 
 
 def _dtype_name(dtype: Any) -> str:

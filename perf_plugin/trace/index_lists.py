@@ -12,11 +12,13 @@ for ``index`` and the non-accumulating ``index_put_``):
   broadcast shape with stride 0, then the trailing unindexed dimensions.  How many dimensions
   lead tells how many ``None`` entries come before the first index tensor.
 
-This covers indices that are adjacent and integer (``x[idx]``, ``x[:, idx]``, ``x[a, b]``).
-Boolean masks (indexed through an ``aten::nonzero`` callee whose result count depends on the
-values), non-adjacent indices (the tensor is permuted first) and, on CUDA, an accumulating
-``index_put_`` (it sorts a linear index instead: bounds checks and index arithmetic, no
-restride) are not recovered: the row keeps its measurement and has no replay, as before.
+This covers indices that are adjacent and integer (``x[idx]``, ``x[:, idx]``, ``x[a, b]``), and a
+lone boolean mask of a gather (``x[mask]``, ``x[:, mask]``): ``index`` turns a mask into integer
+indices through an ``aten::nonzero`` callee, whose input is the mask and whose results' length
+is the count of true elements.  Non-adjacent indices (the tensor is permuted first), masks mixed
+with other indices or in a write, and on CUDA an accumulating ``index_put_`` (it sorts a linear
+index instead: bounds checks and index arithmetic, no restride) are not recovered: the row keeps
+its measurement and has no replay.
 """
 
 from __future__ import annotations
@@ -44,8 +46,6 @@ def recover_indices(op: TraceOp) -> list[Tensor | None] | None:
     if source is None or worker is None:
         return None
     callees = worker.children
-    if any(child.name == "aten::nonzero" for child in callees):
-        return None  # a boolean mask: how many elements it selects is not in the trace
     indices = [tensor for child in callees if child.name == "aten::reshape" and (tensor := _index_tensor(child))]
     restrides = [child for child in callees if child.name == "aten::as_strided"]
     if not indices or len(restrides) != 1 or len(indices) > len(source.shape):
@@ -53,7 +53,33 @@ def recover_indices(op: TraceOp) -> list[Tensor | None] | None:
     leading = _leading_dims(source, restrides[0], indices)
     if leading is None:
         return None
-    return [None] * leading + list(indices)
+    masks = [child for child in callees if child.name == "aten::nonzero"]
+    if not masks:
+        return [None] * leading + list(indices)
+    mask = _mask(op, masks, indices)
+    if mask is None or mask.shape != source.shape[leading : leading + len(indices)]:
+        return None
+    return [None] * leading + [mask]
+
+
+def _mask(op: TraceOp, masks: Sequence[TraceOp], indices: Sequence[Tensor]) -> Tensor | None:
+    """The boolean mask of ``x[mask]``: ``index`` turns it into one index tensor per mask
+    dimension (``nonzero``), whose common length is the count of true elements.  Only a lone
+    mask of a gather: a write's count is not in its output's shape."""
+    if op.name != "aten::index" or len(masks) != 1:
+        return None
+    mask = tensor_arg(masks[0], 0)
+    if mask is None or mask.dtype != "BOOL" or len(mask.shape) != len(indices):
+        return None
+    return mask if len({tensor.shape for tensor in indices}) == 1 and len(indices[0].shape) == 1 else None
+
+
+def indexed_result_shape(op: TraceOp) -> Shape | None:
+    """The shape of ``aten::index``'s result: the sizes its callee restrided the tensor to.
+    (A boolean mask's result cannot be computed on ``meta`` tensors, whose values are unknown.)"""
+    restrides = [child for child in op.children if child.name == "aten::as_strided"]
+    sizes = _concrete_list(restrides[0], 1) if op.name == "aten::index" and len(restrides) == 1 else None
+    return tuple(sizes) if sizes is not None else None
 
 
 def _recorded(op: TraceOp) -> bool:

@@ -93,8 +93,10 @@ INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl"})
 
 def _indexed_dims(row: KernelRow, template: Sequence[Any]) -> dict[int, tuple[int, bool]]:
     """Index slots of an indexing call -> (size of the dimension they index, whether values
-    must be distinct).  Writes through repeated indices without accumulation leave whichever
-    write lands last (on CUDA, any of them), so those indices are drawn without repetition."""
+    must be distinct); for a boolean mask, (how many elements it selects, False): the length of
+    the result's dimension that replaces the masked ones.  Writes through repeated indices
+    without accumulation leave whichever write lands last (on CUDA, any of them), so those
+    indices are drawn without repetition."""
     if _operator_name(row) not in INDEXING or len(template) < 2:
         return {}
     source, indices = template[0], template[1]
@@ -102,22 +104,33 @@ def _indexed_dims(row: KernelRow, template: Sequence[Any]) -> dict[int, tuple[in
         return {}
     shape = row.inputs[int(source["tensor"])].shape or ()
     distinct = _operator_name(row) != "index" and not _accumulating(template)
+    result = row.outputs[0].shape if row.outputs and row.outputs[0].shape else ()
     found: dict[int, tuple[int, bool]] = {}
     for position, slot in enumerate(indices["tensors"]):
-        if slot is not None and position < len(shape):
-            found[int(slot)] = (shape[position], distinct and not found)  # the first index tensor decides
+        if slot is None or position >= len(shape):
+            continue
+        if row.inputs[int(slot)].dtype == "BOOL":
+            if position < len(result):
+                found[int(slot)] = (result[position], False)
+            continue
+        found[int(slot)] = (shape[position], distinct and not found)  # the first index tensor decides
     return found
 
 
 def _index_values(
     spec: TensorSpec, indexed: tuple[int, bool], device: "torch.device", generator: "torch.Generator"
 ) -> "torch.Tensor":
-    """Indices over the whole indexed dimension, as a model's gather or scatter addresses it."""
+    """Indices over the whole indexed dimension, as a model's gather or scatter addresses it;
+    a boolean mask with exactly the recorded count of true elements, at random places."""
     import torch
 
     size, distinct = indexed
     shape = spec.shape or ()
     count = math.prod(shape)
+    if spec.dtype == "BOOL":
+        mask = torch.zeros(count, dtype=torch.bool, device=device)
+        mask[torch.randperm(count, generator=generator, device=device)[: min(size, count)]] = True
+        return mask.reshape(shape)
     if distinct and count <= size:
         drawn = torch.randperm(size, generator=generator, device=device)[:count]
     else:
@@ -138,7 +151,7 @@ class AtenOpReplay(OpReplay):
                 f"{row.kernel_type} has no '{OP_ARGUMENTS}' cell: the trace did not record the call's "
                 "arguments fully enough to call the operator again (the profiler records nothing of a "
                 "list of optional tensors: aten::index's indices are recovered from its callees, but not "
-                "a boolean mask's or non-adjacent ones; record_shapes=True records the rest)"
+                "non-adjacent ones or a mask mixed with other indices; record_shapes=True records the rest)"
             )
         try:
             overload, template = parse_arguments(cell)
