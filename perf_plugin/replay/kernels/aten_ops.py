@@ -39,6 +39,7 @@ from perf_plugin.replay.aten_call import (
     tensor_outputs,
 )
 from perf_plugin.replay.base import CaseBuildError, OpReplay
+from perf_plugin.replay.host_scalars import host_scalar_slot, placed
 from perf_plugin.replay.kernels.elementwise import scalar_aware_dtype_slots, scalar_aware_outputs
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec
 
@@ -176,10 +177,12 @@ class AtenOpReplay(OpReplay):
         overload, template = self._call(row)
         bound = _index_bound(row)
         indexing = _indexed_dims(row, template)
+        slots = _slots(row)
+        host = host_scalar_slot(row, [TensorSpec((), s.dtype) if s.shape is None and s.dtype else s for s in slots])
         tensors = tuple(
             _index_values(spec, indexing[k], device, generator) if k in indexing
-            else self._tensor(spec, device, generator, bound)
-            for k, spec in enumerate(_slots(row))
+            else self._tensor(spec, *placed(k == host, device, generator), bound)
+            for k, spec in enumerate(slots)
         )
         return _operator_name(row), overload, template, tensors, device
 

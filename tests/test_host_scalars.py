@@ -1,0 +1,72 @@
+"""A 0-d operand the model passed as a Python number is built on the host, where the model's
+kernels show it was taken by value (rows and kernel names from the H100 model traces)."""
+
+from __future__ import annotations
+
+import torch
+
+from perf_plugin.replay.host_scalars import host_scalar_slot, placed
+from perf_plugin.replay.tensors import TensorSpec
+from tests.kernels.support import kernel_row, replay_of, replay_on_cpu
+
+ADD_ON_SELF = (
+    "void at::native::vectorized_elementwise_kernel<2, at::native::CUDAFunctorOnSelf_add<long>, "
+    "std::array<char*, 2ul> >(int, at::native::CUDAFunctorOnSelf_add<long>, std::array<char*, 2ul>)=1.344"
+)
+DIV_AS_MUL = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::BUnaryFunctor<float, float, float, "
+    "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, ...)=1.179"
+)
+GENERIC = "void at::native::elementwise_kernel<128, 2, ...>(int, ...)=1.4"
+
+
+def _add_row(kernels: str) -> dict[str, str]:
+    return {
+        "Input Shapes": '"512;"', "Input Data Types": "INT64;INT64", "Input Formats": "ND;ND",
+        "Output Shapes": '"512"', "Output Data Types": "INT64", "Output Formats": "ND",
+        "Profiling Kernels": kernels,
+    }  # fmt: skip
+
+
+def test_the_by_value_operand_is_the_one_the_kernel_names() -> None:
+    vector, scalar = TensorSpec((512,), "INT64"), TensorSpec((), "INT64")
+    row = kernel_row("Add", _add_row(ADD_ON_SELF))
+    assert host_scalar_slot(row, (vector, scalar)) == 1
+    assert host_scalar_slot(row, (vector, vector)) is None  # no 0-d operand
+    assert host_scalar_slot(kernel_row("Add", _add_row(GENERIC)), (vector, scalar)) is None
+    assert host_scalar_slot(kernel_row("Add", _add_row("")), (vector, scalar)) is None  # no evidence
+    both = kernel_row("Add", {**_add_row(DIV_AS_MUL), "Input Shapes": '";"'})
+    assert host_scalar_slot(both, (scalar, scalar)) == 1  # one stays on the device to run the kernel there
+
+
+def test_an_add_of_a_python_number_gets_a_host_scalar_and_the_device_keeps_the_tensor() -> None:
+    replay = replay_of("Add")
+    meta = torch.device("meta")  # stands for the accelerator: no values are drawn there
+    x, y = replay.make_inputs(kernel_row("Add", _add_row(ADD_ON_SELF)), meta, None)  # type: ignore[arg-type]
+    assert (x.device.type, y.device.type, y.dim()) == ("meta", "cpu", 0)
+    x, y = replay.make_inputs(kernel_row("Add", _add_row(GENERIC)), meta, None)  # type: ignore[arg-type]
+    assert (x.device.type, y.device.type) == ("meta", "meta")
+
+
+def test_a_host_operand_is_drawn_from_the_case_seed() -> None:
+    generator = torch.Generator().manual_seed(7)
+    device, drawn = placed(True, torch.device("meta"), generator)
+    assert device.type == "cpu" and drawn is not generator and drawn.initial_seed() == 7
+    assert placed(False, torch.device("meta"), generator) == (torch.device("meta"), generator)
+    assert placed(True, torch.device("cpu"), generator) == (torch.device("cpu"), generator)
+
+
+def test_an_aten_row_places_its_host_scalar_the_same_way() -> None:
+    """``floor_divide(x, 2)`` from the MoE model's routing: ``BUnaryFunctor`` took the 2 by value."""
+    cells = {
+        "Input Shapes": '"4096;"', "Input Data Types": "INT64;INT64", "Input Formats": "ND;ND",
+        "Output Shapes": '"4096"', "Output Data Types": "INT64", "Output Formats": "ND",
+        "Op Arguments": '{"overload":"default","args":[{"tensor":0},{"tensor":1}]}',
+        "Profiling Kernels": "void at::native::vectorized_elementwise_kernel<2, at::native::BUnaryFunctor<long, long, "
+        "long, at::native::binary_internal::div_floor_kernel_cuda(...)>, std::array<char*, 2ul> >(int, ...)=1.5",
+    }  # fmt: skip
+    replay = replay_of("aten.floor_divide")
+    _, _, _, tensors, _ = replay.make_inputs(kernel_row("aten.floor_divide", cells), torch.device("meta"), None)  # type: ignore[arg-type]
+    assert [t.device.type for t in tensors] == ["meta", "cpu"]
+    outputs, _ = replay_on_cpu("aten.floor_divide", cells)
+    assert tuple(outputs.shape) == (4096,)
