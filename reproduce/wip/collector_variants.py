@@ -113,10 +113,10 @@ def _activity_set(backend_name: str) -> set[Any]:
     return {ProfilerActivity.CUDA if backend_name == "cuda" else ProfilerActivity.CPU}
 
 
-def _low_level_config() -> Any:
+def _low_level_config(**experimental: Any) -> Any:
     from torch._C._profiler import ProfilerConfig, ProfilerState, _ExperimentalConfig
 
-    return ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
+    return ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig(**experimental))
 
 
 class NoProfiler:
@@ -159,7 +159,7 @@ class LowLevel(Counting):
         if self._profiler is None:
             from torch.autograd.profiler import _enable_profiler, _prepare_profiler
 
-            config, activities = _low_level_config(), _activity_set(self.backend.name)
+            config, activities = self._config(), _activity_set(self.backend.name)
             with quiet_native_stderr():
                 if self.filtered:
                     from torch._C._profiler import ProfilerActivity
@@ -170,6 +170,9 @@ class LowLevel(Counting):
                     _prepare_profiler(config, activities)
                 _enable_profiler(config, activities)
             self._profiler = True
+
+    def _config(self) -> Any:
+        return _low_level_config()
 
     def _stop(self):  # type: ignore[no-untyped-def]
         if self._profiler is None:
@@ -193,20 +196,8 @@ class KinetoConfigured(LowLevel):
         super().__init__(*args, **kwargs)
         self.custom, self.no_external_correlation = custom, no_external_correlation
 
-    def _ensure_started(self) -> None:
-        if self._profiler is None:
-            from torch._C._profiler import ProfilerConfig, ProfilerState, _ExperimentalConfig
-            from torch.autograd.profiler import _enable_profiler, _prepare_profiler
-
-            experimental = _ExperimentalConfig(
-                disable_external_correlation=self.no_external_correlation, custom_profiler_config=self.custom
-            )
-            config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, experimental)
-            activities = _activity_set(self.backend.name)
-            with quiet_native_stderr():
-                _prepare_profiler(config, activities)
-                _enable_profiler(config, activities)
-            self._profiler = True
+    def _config(self) -> Any:
+        return _low_level_config(disable_external_correlation=self.no_external_correlation, custom_profiler_config=self.custom)
 
 
 class CuptiPython(Counting):

@@ -98,13 +98,14 @@ def _indexed_dims(row: KernelRow, template: Sequence[Any]) -> dict[int, tuple[in
     the result's dimension that replaces the masked ones.  Writes through repeated indices
     without accumulation leave whichever write lands last (on CUDA, any of them), so those
     indices are drawn without repetition."""
-    if _operator_name(row) not in INDEXING or len(template) < 2:
+    operator = _operator_name(row)
+    if operator not in INDEXING or len(template) < 2:
         return {}
     source, indices = template[0], template[1]
     if not (isinstance(source, dict) and isinstance(indices, dict) and isinstance(indices.get("tensors"), list)):
         return {}
     shape = row.inputs[int(source["tensor"])].shape or ()
-    distinct = _operator_name(row) != "index" and not _accumulating(template)
+    distinct = operator != "index" and not _accumulating(template)
     result = row.outputs[0].shape if row.outputs and row.outputs[0].shape else ()
     found: dict[int, tuple[int, bool]] = {}
     for position, slot in enumerate(indices["tensors"]):
