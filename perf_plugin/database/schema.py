@@ -53,6 +53,9 @@ PROFILING_COUNT = "Profiling Count"  # launches aggregated into the row (written
 # The device kernels the operator launched in the profile (a PyTorch trace with device activity),
 # in the format of ``MicroBench Kernels`` (perf_plugin.database.kernel_breakdown).
 PROFILING_KERNELS = "Profiling Kernels"
+# Per input slot, the bytes the device moved between the input's write and the kernel reading it
+# in the profiled model (perf_plugin.database.reuse_cell): which inputs a replay leaves in the cache.
+PROFILING_INPUT_REUSE = "Profiling Input Reuse Distance(B)"
 RAW_DURATION = "Duration(us)"
 # A counter of PyTorch traces with device activity: 1 for a launch that began when the device had
 # finished every earlier activity (a host-bound phase such as decode), 0 for one queued behind

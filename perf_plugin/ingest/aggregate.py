@@ -27,6 +27,9 @@ Statistics
   launched, each with its mean time per call over the group's samples, in the format of
   ``MicroBench Kernels`` (``perf_plugin.database.kernel_breakdown``), so that a run can tell
   whether the replay launched the kernels the model did.
+* ``Profiling Input Reuse Distance(B)`` (traces with device activity only): per input slot, the
+  median over the calls of the bytes moved since the input was written
+  (``perf_plugin.ingest.input_reuse``).
 
 Numbers are written with at most 6 decimals (trailing zeros dropped): profiler durations have
 nanosecond resolution (3 decimals in microseconds), so 6 decimals keep every mean exact to well
@@ -44,11 +47,13 @@ import numpy as np
 import pandas as pd
 
 from perf_plugin.database.kernel_breakdown import format_breakdown
+from perf_plugin.database.reuse_cell import reuse_cell
 from perf_plugin.database.schema import (
     DETAIL_COLUMNS,
     IDENTITY_COLUMNS,
     PROFILING_AVERAGE,
     PROFILING_COUNT,
+    PROFILING_INPUT_REUSE,
     PROFILING_KERNELS,
     PROFILING_MEDIAN,
     PROFILING_STD,
@@ -61,6 +66,8 @@ DIGITS = 6
 # Frame column of a trace sample's device time per kernel name (a dict; absent for tables
 # without device kernels, such as Ascend kernel_details, whose rows are single kernels).
 KERNEL_TIMES = "_kernel_ns"
+# Frame column of a trace sample's reuse distance per input slot (a tuple; traces with device kernels).
+INPUT_REUSE = "_input_reuse"
 GROUP_KEY: tuple[str, ...] = (
     col.TYPE,
     "Input Shapes",
@@ -84,6 +91,7 @@ class AggregatedRow:
     std: float | None
     counters: Mapping[str, float | None] = field(default_factory=dict)
     kernels: str = ""  # the Profiling Kernels cell ("" when the samples recorded none)
+    input_reuse: str = ""  # the Profiling Input Reuse Distance(B) cell ("" when not known)
     # Columns added at the end from beside the profile (the FIA bundle check's ``Runtime ...``
     # cells, ``perf_plugin.ingest.fia_bundle``); not part of the identity or the statistics.
     runtime: Mapping[str, str] = field(default_factory=dict)
@@ -100,6 +108,8 @@ class AggregatedRow:
         values[PROFILING_COUNT] = str(self.count)
         if self.kernels:
             values[PROFILING_KERNELS] = self.kernels
+        if self.input_reuse:
+            values[PROFILING_INPUT_REUSE] = self.input_reuse
         return values
 
 
@@ -120,7 +130,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     group_key = (*GROUP_KEY, *details)
     frame = frame.assign(_order=np.arange(len(frame)))
     groups = frame.groupby(list(group_key), observed=True, sort=False, dropna=False)
-    stats = _group_statistics(groups, with_kernels=KERNEL_TIMES in frame.columns)
+    stats = _group_statistics(groups, with_kernels=KERNEL_TIMES in frame.columns, with_reuse=INPUT_REUSE in frame.columns)
     first = groups[list(_FROM_FIRST_SAMPLE)].first()
     counter_means = groups[counters].mean() if counters else pd.DataFrame(index=stats.index)
     # All results share the group order of ``stats``; reorder them together, by first sample.
@@ -134,6 +144,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     averages, medians = stats["average"].to_numpy(dtype=float), stats["median"].to_numpy(dtype=float)
     stds = stats["std"].to_numpy(dtype=float)
     kernel_cells = stats["kernels"].tolist() if "kernels" in stats.columns else [""] * len(stats)
+    reuse_cells = stats["reuse"].tolist() if "reuse" in stats.columns else [""] * len(stats)
     for i, key in enumerate(stats.index):
         cells = dict(zip(group_key, (_text(v) for v in key)))
         kernel_type = cells.pop(col.TYPE)
@@ -154,6 +165,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
                     name: (None if math.isnan(means[j]) else float(means[j])) for j, name in enumerate(counters)
                 },
                 kernels=str(kernel_cells[i]),
+                input_reuse=str(reuse_cells[i]),
             )
         )
     # One CSV per kernel type: keep each type's rows together, types in order of first appearance.
@@ -162,9 +174,9 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     return rows
 
 
-def _group_statistics(groups: Any, with_kernels: bool) -> pd.DataFrame:
+def _group_statistics(groups: Any, with_kernels: bool, with_reuse: bool) -> pd.DataFrame:
     """Count, mean, median and sample std of each group's durations, its first sample's position,
-    and (for traces with device kernels) its kernel breakdown."""
+    and (for traces with device kernels) its kernel breakdown and inputs' reuse distances."""
     duration = groups[col.DURATION]
     stats = pd.DataFrame(
         {
@@ -177,6 +189,8 @@ def _group_statistics(groups: Any, with_kernels: bool) -> pd.DataFrame:
     )
     if with_kernels:
         stats["kernels"] = groups[KERNEL_TIMES].agg(_mean_kernel_times)
+    if with_reuse:
+        stats["reuse"] = groups[INPUT_REUSE].agg(lambda samples: reuse_cell(list(samples)))
     return stats
 
 

@@ -46,6 +46,7 @@ from perf_plugin.database.schema import (
     PROFILING_COUNT,
     PROFILING_COUNTER_PREFIX,
     PROFILING_DURATION_COLUMNS,
+    PROFILING_INPUT_REUSE,
     PROFILING_KERNELS,
     SIGNATURE_COLUMNS,
     microbench_counter_column,
@@ -98,6 +99,7 @@ def new_table_header(rows: Sequence[AggregatedRow]) -> list[str]:
         *(PROFILING_COUNTER_PREFIX + c for c in counters),
         PROFILING_COUNT,
         *([PROFILING_KERNELS] if _have_kernels(rows) else []),
+        *([PROFILING_INPUT_REUSE] if _have_reuse(rows) else []),
         *_details_of(rows),
         *_runtime_of(rows),
     ]
@@ -105,6 +107,10 @@ def new_table_header(rows: Sequence[AggregatedRow]) -> list[str]:
 
 def _have_kernels(rows: Sequence[AggregatedRow]) -> bool:
     return any(row.kernels for row in rows)
+
+
+def _have_reuse(rows: Sequence[AggregatedRow]) -> bool:
+    return any(row.input_reuse for row in rows)
 
 
 def _details_of(rows: Sequence[AggregatedRow]) -> list[str]:
@@ -154,6 +160,9 @@ def _ensure_profiling_columns(table: CsvTable, rows: Sequence[AggregatedRow]) ->
         table.insert_column(PROFILING_COUNT)
     if _have_kernels(rows) and not table.has_column(PROFILING_KERNELS):
         table.insert_column(PROFILING_KERNELS, table.index(PROFILING_COUNT) + 1)
+    if _have_reuse(rows) and not table.has_column(PROFILING_INPUT_REUSE):
+        anchor = PROFILING_KERNELS if table.has_column(PROFILING_KERNELS) else PROFILING_COUNT
+        table.insert_column(PROFILING_INPUT_REUSE, table.index(anchor) + 1)
 
 
 def _after_identity(table: CsvTable) -> int:

@@ -6,7 +6,9 @@ described by ``aten_mapping``.  Its duration is:
 * on a trace with device activity (CUDA): the summed device time of the kernels, memsets and
   device-to-device copies the operator launched (``Accelerator Core`` = ``CUDA``); operators that
   launched nothing on the device are not rows.  The counter ``Launched Idle`` says whether the
-  operator's first kernel was launched onto an idle device (``trace_attribution.idle_launches``);
+  operator's first kernel was launched onto an idle device (``trace_attribution.idle_launches``),
+  and each input's reuse distance, the bytes the device moved since it was written
+  (``input_reuse``);
 * on a CPU-only trace: the operator's own wall time on the CPU (its ``dur``, which includes the
   operators it called), for operators that do work (views and allocations are left out);
   ``Accelerator Core`` = ``CPU``.
@@ -30,8 +32,9 @@ import pandas as pd
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.schema import DETAIL_COLUMNS, IDENTITY_COLUMNS, LAUNCHED_IDLE
 from perf_plugin.ingest import columns as col
-from perf_plugin.ingest.aggregate import KERNEL_TIMES
+from perf_plugin.ingest.aggregate import INPUT_REUSE, KERNEL_TIMES
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
+from perf_plugin.ingest.input_reuse import reuse_distances
 from perf_plugin.ingest.list_dtypes import READERS_LOOKED_AT, resolve_cat_dtypes
 from perf_plugin.ingest.profile_table import ProfileTable
 from perf_plugin.ingest.trace_attribution import (
@@ -41,6 +44,7 @@ from perf_plugin.ingest.trace_attribution import (
 )
 from perf_plugin.ingest.trace_events import read_chrome_trace, read_profiler
 from perf_plugin.trace.events import TraceData
+from perf_plugin.trace.mapped import MappedOp
 
 KIND_TORCH_TRACE = "torch_trace"
 CORE_CUDA = "CUDA"
@@ -82,6 +86,7 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
     )
     communication: Counter[str] = Counter(attribution.communication)
     records: list[dict[str, Any]] = []
+    launched: list[tuple[int, dict[str, Any], MappedOp]] = []  # device samples: launch time, record, row
     following = _following_on_thread(attribution.samples)
     for sample in attribution.samples:
         summary.operators += 1
@@ -109,8 +114,10 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
         if attribution.device_trace:
             record[KERNEL_TIMES] = sample.kernel_ns
             record[LAUNCHED_IDLE] = float("nan") if sample.launched_idle is None else float(sample.launched_idle)
+            launched.append((op.start_ns, record, mapped))
         records.append(record)
     summary.samples = len(records)
+    _record_input_reuse(launched)
     table = ProfileTable(
         frame=_sample_frame(records, attribution.device_trace),
         counters=[LAUNCHED_IDLE] if attribution.device_trace else [],
@@ -120,6 +127,14 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
         communication=communication,
     )
     return table, summary
+
+
+def _record_input_reuse(launched: list[tuple[int, dict[str, Any], MappedOp]]) -> None:
+    """Each device sample's inputs' reuse distances, over the samples in launch order."""
+    launched.sort(key=lambda item: item[0])
+    distances = reuse_distances([mapped for _, _, mapped in launched])
+    for (_, record, _), per_slot in zip(launched, distances):
+        record[INPUT_REUSE] = per_slot
 
 
 def _following_on_thread(samples: list[OpSample]) -> Callable[[OpSample], list[OpSample]]:
@@ -141,7 +156,7 @@ def _sample_frame(records: list[dict[str, Any]], device_trace: bool) -> pd.DataF
     """The samples as ingest's frame: cells as categories (few distinct values, many samples)."""
     columns = [col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS, col.DURATION]
     if device_trace:
-        columns += [KERNEL_TIMES, LAUNCHED_IDLE]
+        columns += [KERNEL_TIMES, LAUNCHED_IDLE, INPUT_REUSE]
     frame = pd.DataFrame.from_records(records, columns=columns)
     for name in (col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS):
         frame[name] = frame[name].astype("category")

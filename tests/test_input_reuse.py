@@ -1,0 +1,118 @@
+"""Reuse distances of traced inputs: inferred producers, the row cell, and ingest writing it."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.reuse_cell import parse_reuse_cell, reuse_cell
+from perf_plugin.database.schema import PROFILING_INPUT_REUSE, PROFILING_KERNELS
+from perf_plugin.ingest.input_reuse import reuse_distances
+from perf_plugin.ingest.pipeline import ingest_path
+from perf_plugin.trace.mapped import MappedOp, Slot
+
+FIXTURES = Path(__file__).parent / "fixtures"
+BF16, F32 = "DT_BF16", "FLOAT"
+
+
+def op(inputs: list[tuple[tuple[int, ...] | None, str]], outputs: list[tuple[tuple[int, ...], str]],
+       strides: tuple[tuple[int, ...] | None, ...] = ()) -> MappedOp:
+    return MappedOp("Op", tuple(Slot(s, d) for s, d in inputs), tuple(Slot(s, d) for s, d in outputs), strides)
+
+
+def test_an_input_written_by_the_previous_operator_is_its_output_plus_half_its_reads_ago() -> None:
+    producer = op([((1024,), F32)], [((1024,), F32)])  # reads 4096 B, writes 4096 B
+    consumer = op([((1024,), F32)], [((1024,), F32)])
+    assert reuse_distances([producer, consumer]) == [(math.inf,), (4096 / 2 + 4096,)]
+
+
+def test_traffic_in_between_adds_to_the_distance_and_a_parameter_has_none() -> None:
+    """x -> big GEMM -> add(x, weight): x's distance counts the GEMM's bytes; the weight was never
+    written by a traced operator (a parameter)."""
+    make_x = op([], [((512, 4096), BF16)])
+    gemm = op([((512, 4096), BF16), ((4096, 4096), BF16)], [((512, 4096), BF16)])
+    add = op([((1024, 1024), F32), ((64,), F32)], [((1024, 1024), F32)])
+    consume = op([((512, 4096), BF16), ((9, 9), F32)], [((512, 4096), BF16)])
+    distances = reuse_distances([make_x, gemm, add, consume])
+    x_bytes, weight_bytes = 512 * 4096 * 2, 4096 * 4096 * 2
+    # the latest bf16 output of x's element count is the GEMM's: it produced what is read
+    gemm_out_written = x_bytes + (x_bytes + weight_bytes) / 2
+    assert distances[3][0] == x_bytes + x_bytes + weight_bytes + x_bytes - gemm_out_written + (4 * 2**20 + 256 + 4 * 2**20)
+    assert distances[3][1] == math.inf and distances[2] == (math.inf, math.inf)
+
+
+def test_a_broadcast_operand_matches_only_an_output_of_its_very_shape() -> None:
+    """A norm's weight [4096] times activations [1,1,4096]: the element count alone would pair
+    the weight with the activation the previous operator wrote."""
+    cast = op([((1, 1, 4096), F32)], [((1, 1, 4096), BF16)])
+    scale = op([((4096,), BF16), ((1, 1, 4096), BF16)], [((1, 1, 4096), BF16)])
+    assert reuse_distances([cast, scale])[1] == (math.inf, 4096 * 4 / 2 + 4096 * 2)
+    rsqrt = op([((1, 1, 1), F32)], [((1, 1, 1), F32)])
+    times = op([((1, 1, 4096), F32), ((1, 1, 1), F32)], [((1, 1, 4096), F32)])
+    assert reuse_distances([rsqrt, times])[1][1] == 4 / 2 + 4  # a keepdim statistic of its very shape
+
+
+def test_a_strided_view_matches_the_latest_output_covering_its_span() -> None:
+    """The second half of each head (rotary embedding's negated half) reads part of q."""
+    q = op([], [((1, 32, 1, 128), BF16)])
+    other = op([], [((2048,), BF16)])  # as many elements as the view: not what the view reads
+    neg = op([((1, 32, 1, 64), BF16)], [((1, 32, 1, 64), BF16)], strides=((4096, 128, 4096, 1),))
+    distances = reuse_distances([q, other, neg])
+    assert distances[2] == (8192 + 4096,)  # q's output and the other's, not the other's alone
+    contiguous = op([((1, 32, 1, 64), BF16)], [((1, 32, 1, 64), BF16)])
+    assert reuse_distances([q, other, contiguous])[2] == (4096,)
+
+
+def test_each_output_feeds_one_slot_newest_first() -> None:
+    first = op([], [((8, 8), F32)])
+    second = op([], [((8, 8), F32)])
+    add = op([((8, 8), F32), ((8, 8), F32), ((8, 8), F32)], [((8, 8), F32)])
+    assert reuse_distances([first, second, add])[2] == (256, 512, math.inf)
+
+
+def test_of_one_producers_outputs_the_one_of_the_inputs_shape_is_taken() -> None:
+    split = op([], [((4, 16), F32), ((16, 4), F32)])
+    consumer = op([((4, 16), F32)], [((4, 16), F32)])
+    newer = op([], [((64,), F32)])
+    assert reuse_distances([split, consumer])[1] == (512,)
+    assert reuse_distances([split, newer, consumer])[2] == (256,)  # the newer output wins over the shape
+
+
+def test_the_cell_holds_each_slots_median_and_marks_inputs_without_producer() -> None:
+    samples = [(100.0, math.inf), (300.0, math.inf), (200.0, 5.0)]
+    assert reuse_cell(samples) == "200;-"
+    assert parse_reuse_cell("200;-") == (200.0, math.inf)
+    assert parse_reuse_cell("") == () and reuse_cell([]) == ""
+
+
+@pytest.mark.parametrize("cell", ["12;x", "-5", "nan"])
+def test_a_bad_cell_names_the_slot(cell: str) -> None:
+    with pytest.raises(DatabaseError, match="slot"):
+        parse_reuse_cell(cell)
+
+
+def test_ingest_of_a_real_cuda_trace_writes_the_column_after_the_kernels(tmp_path: Path) -> None:
+    """The H100 trace of the indexing fixture: every row with inputs gets one entry per input
+    slot; an index_put_ into a freshly zeroed tensor finds it written just before."""
+    ingest_path(FIXTURES / "cuda" / "indexing_trace.json", tmp_path)
+    with (tmp_path / "aten.index_put.csv").open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = list(reader.fieldnames or [])
+        rows = list(reader)
+    assert header.index(PROFILING_INPUT_REUSE) == header.index(PROFILING_KERNELS) + 1
+    for row in rows:
+        slots = row["Input Shapes"].strip('"').split(";")
+        assert len(row[PROFILING_INPUT_REUSE].split(";")) == len(slots)
+    written = next(r for r in rows if r["Input Shapes"] == '"64,32;48,32"')
+    distances = parse_reuse_cell(written[PROFILING_INPUT_REUSE])
+    assert 0 < distances[0] < 2**20 and 0 < distances[1] < 2**20
+
+
+def test_a_cpu_trace_has_no_reuse_column(tmp_path: Path) -> None:
+    ingest_path(FIXTURES / "cpu" / "indexing_trace.json", tmp_path)
+    for path in tmp_path.glob("*.csv"):
+        assert PROFILING_INPUT_REUSE not in path.read_text().splitlines()[0]
