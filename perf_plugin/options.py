@@ -156,8 +156,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "cache-mode",
         "how repeats meet the device cache: warm (same inputs), cold (cache flushed outside the timed range "
         "before every repeat), rotate (cycle through input copies larger than twice the cache), "
-        "produced (cache evicted, then the inputs but the model's weights rewritten in place, before every repeat: "
-        "as a model's previous kernel leaves them), idle (cache evicted, each repeat launched once the device is idle: as a "
+        "produced (cache evicted, then the inputs but the model's weights, and but those the row's profile shows "
+        "were read from memory, rewritten in place before every repeat: as a model's previous kernel leaves them), idle (cache evicted, each repeat launched once the device is idle: as a "
         "host-bound model phase launches), auto (produced on CUDA, warm elsewhere: measured closest to "
         "in-model durations)",
         DEFAULT_CACHE_MODE,

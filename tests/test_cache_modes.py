@@ -24,9 +24,12 @@ from perf_plugin.replay.cache_modes import (
     row_cache_mode,
     tensor_bytes,
 )
+from perf_plugin.database.schema import PROFILING_INPUT_REUSE
+from perf_plugin.replay.cold_inputs import cold_inputs, has_reuse_evidence
+from perf_plugin.replay.tensors import KernelRow
 from perf_plugin.results import CaseRef
 from perf_plugin.run.cases import STATUS_READY, Case
-from perf_plugin.run.runner import ReplayRunner
+from perf_plugin.run.runner import CaseFailure, ReplayRunner
 from tests.test_plugin import BENCH_TEST, HEADER, _profiler_modules_loaded, write_csv  # noqa: F401 (autouse fixture)
 
 
@@ -271,7 +274,9 @@ def test_the_runner_picks_each_cases_mode_from_its_profile() -> None:
 
 
 def test_the_cuda_header_names_the_per_row_choice() -> None:
-    assert cache_mode_label("auto", "cuda") == "rotate (produced for rows profiled at 2 us or more)"
+    assert cache_mode_label("auto", "cuda") == (
+        "rotate (produced for rows profiled at 2 us or more or with their inputs' reuse distances)"
+    )
     assert cache_mode_label("produced", "cuda") == "produced" and cache_mode_label("auto", "cpu") == "warm"
 
 
@@ -355,3 +360,81 @@ def test_unknown_cache_mode_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--database-path", str(db), "-p", "no:cacheprovider", "--cache-mode", "hot")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--cache-mode: invalid choice: 'hot'*"])
+
+
+def _row_with_reuse(cell: str) -> KernelRow:
+    from perf_plugin.replay.tensors import kernel_row_from_cells
+
+    cells = {"Input Shapes": '"4096;1,1,4096"', "Input Data Types": "DT_BF16;DT_BF16", "Input Formats": "ND;ND",
+             "Output Shapes": '"1,1,4096"', "Output Data Types": "DT_BF16", "Output Formats": "ND",
+             PROFILING_INPUT_REUSE: cell}
+    return kernel_row_from_cells("Mul", cells)
+
+
+@pytest.mark.parametrize(
+    ("cell", "cold_shapes"),
+    [("-;3000", [(4096,)]), ("3000;3000", []), ("3999;4000", [(1, 1, 4096)]), ("16384;-", [(4096,), (1, 1, 4096)]), ("", [])],
+)
+def test_cold_inputs_are_the_slots_written_half_a_cache_or_more_before(cell: str, cold_shapes: list[tuple[int, ...]]) -> None:
+    row = _row_with_reuse(cell)
+    weight, x = torch.ones(4096, dtype=torch.bfloat16), torch.ones(1, 1, 4096, dtype=torch.bfloat16)
+    cold = cold_inputs(row, (weight, x), cache_bytes=8000)  # half of it is 4000 bytes
+    assert [tuple(t.shape) for t in cold] == cold_shapes
+    assert has_reuse_evidence(row) == bool(cell)
+
+
+def test_cold_slots_of_one_shape_claim_distinct_tensors() -> None:
+    from perf_plugin.replay.tensors import kernel_row_from_cells
+
+    cells = {"Input Shapes": '"8;8"', "Input Data Types": "FLOAT;FLOAT", "Input Formats": "ND;ND",
+             "Output Shapes": '"8"', "Output Data Types": "FLOAT", "Output Formats": "ND", PROFILING_INPUT_REUSE: "-;-"}
+    a, b = torch.ones(8), torch.ones(8)
+    cold = cold_inputs(kernel_row_from_cells("Add", cells), (a, b), cache_bytes=1)
+    assert [t.data_ptr() for t in cold] == [a.data_ptr(), b.data_ptr()]
+
+
+def test_a_bad_reuse_cell_fails_the_case_naming_file_row_and_column() -> None:
+    seen: list[object] = []
+
+    class Recording:
+        kind = "in-process"
+
+        def measure(self, ref: CaseRef, run_once: object, repeats: int, before_repeat: object = None) -> None:
+            seen.append(before_repeat)
+
+    runner = ReplayRunner(SmallCacheCpu(4096), collector=Recording(), repeat_count=2, warmup_count=0,  # type: ignore[arg-type]
+                          cache_mode="produced")
+    case = Case(CaseRef("bad", "Mul", "Mul.csv", 7, "Mul"), STATUS_READY, row=_row_with_reuse("12;lots"), profiled_us=3.0)
+    with pytest.raises(CaseFailure) as failure:
+        runner.run(case)
+    assert all(part in str(failure.value) for part in ("Mul.csv", "7", PROFILING_INPUT_REUSE, "'lots'"))
+    assert seen == []
+
+
+def test_produced_mode_rewrites_only_the_inputs_the_profile_found_in_the_cache() -> None:
+    """The norm weight's slot has no producer in the profile: the rewrite before each repeat
+    leaves it evicted and rewrites the activation alone."""
+    seen: dict[str, object] = {}
+
+    class Recording:
+        kind = "in-process"
+
+        def measure(self, ref: CaseRef, run_once: object, repeats: int, before_repeat: object = None) -> None:
+            seen[ref.case_id] = before_repeat
+
+    runner = ReplayRunner(SmallCacheCpu(1 << 20), collector=Recording(), repeat_count=2, warmup_count=0,  # type: ignore[arg-type]
+                          cache_mode="rotate", produced_from_us=2.0)
+    # profiled at 1 us, under the 2 us of auto's rule, but with evidence: produced
+    runner.run(Case(CaseRef("norm", "Mul", "Mul.csv", 2, "Mul"), STATUS_READY, row=_row_with_reuse("-;8192"), profiled_us=1.0))
+    produce = seen["norm"]
+    assert callable(produce)
+    with torch.autograd.profiler.profile(record_shapes=True) as prof:
+        produce()
+    assert [e.input_shapes[0] for e in prof.function_events if e.name == "aten::mul_"] == [[8192]]  # x's bytes only
+
+
+@pytest.mark.parametrize(
+    ("profiled_us", "evidence", "expected"), [(1.0, True, "produced"), (1.0, False, "rotate"), (None, True, "rotate")]
+)
+def test_auto_replays_rows_with_reuse_evidence_in_produced(profiled_us: float | None, evidence: bool, expected: str) -> None:
+    assert row_cache_mode("rotate", profiled_us, 2.0, reuse_evidence=evidence) == expected

@@ -12,7 +12,8 @@
   buffer twice its size, leaving clean lines as a model's weight reads do) and then the
   inputs are rewritten in place, as the kernel that produced them in a model leaves them: the
   inputs (as much of them as the cache holds) in the cache, everything else evicted, the timed
-  kernel's own code and the model's parameters among its inputs included.
+  kernel's own code, the model's parameters among its inputs and the inputs the row's profile
+  shows were read from memory included.
 * ``idle``: before every repeat, outside the timed range, the cache is evicted (read, as for
   ``produced``), and the repeat is launched only once the device has finished all earlier work, as a host-bound phase of a model
   (decode) launches its kernels: onto an idle device whose cache other kernels overwrote.
@@ -30,16 +31,20 @@ copies never built (``rotation_plan``).  So a cycle of 1024 copies costs 35 copi
 
 Which mode is closest to the durations the same kernels had inside a real model run is a
 measurement (``benchmarks/model_coverage.py``); ``auto``, the default, follows it per backend
-(``Backend.auto_cache_mode``) and, on CUDA, per row: a row whose profile shows a kernel of at
-least 2 us is replayed in ``produced``, others in ``rotate`` (``row_cache_mode``).  On an H100,
-over three decoder models, ``produced`` put 4-7 points more of the replayed kernel time within
-10 % of its in-model duration than ``rotate``, but costs ~0.3 ms per repeat (the eviction);
-kernels under 2 us miss by about as much in every mode (their in-model time is launch latency
-after other kernels), so they, and rows without a profile, keep the cheap mode.  ``produced``
-leaves a model's parameters out of its rewrite (``OpReplay.parameters``: a linear layer's
-weight, an MoE layer's experts): a model reads those from memory, and rewriting them made decode
-GEMMs of a Llama model 1.13-1.20x their in-model duration, where the other inputs in the cache
-and the weights out of it landed 0.97-0.99x.
+(``Backend.auto_cache_mode``) and, on CUDA, per row: a row whose profile says which of its inputs
+the model found in the cache (``Profiling Input Reuse Distance(B)``, written by the ingest of a
+trace with device activity) is replayed in ``produced`` with only those inputs rewritten
+(``perf_plugin.replay.cold_inputs``); so is a row whose profile shows a kernel of at least 2 us;
+others get ``rotate`` (``row_cache_mode``).  On an H100, over three decoder models, the
+per-input rewrite put 89-96 % of the replayed kernel time within 10 % of its in-model duration,
+against 79-89 % for ``produced`` rewriting every input and 70-87 % for ``idle`` rewriting none:
+a decode-sized kernel runs ~0.3 us longer when any input comes from memory, and which do differs
+from row to row.  ``produced`` costs ~0.3 ms per repeat (the eviction), so rows without such
+evidence and with short kernels keep the cheap mode.  ``produced`` leaves a model's parameters
+out of its rewrite (``OpReplay.parameters``: a linear layer's weight, an MoE layer's experts): a
+model reads those from memory, and rewriting them made decode GEMMs of a Llama model 1.13-1.20x
+their in-model duration, where the other inputs in the cache and the weights out of it landed
+0.97-0.99x.
 """
 
 from __future__ import annotations
@@ -82,16 +87,21 @@ def cache_mode_label(setting: str, backend_name: str) -> str:
     produced_from = backend_class(backend_name).auto_produced_from_us
     if produced_from is None:
         return mode
-    return f"{mode} (produced for rows profiled at {produced_from:g} us or more)"
+    return f"{mode} (produced for rows profiled at {produced_from:g} us or more or with their inputs' reuse distances)"
 
 
-def row_cache_mode(mode: str, profiled_us: float | None, produced_from_us: float | None) -> str:
+def row_cache_mode(
+    mode: str, profiled_us: float | None, produced_from_us: float | None, reuse_evidence: bool = False
+) -> str:
     """``auto``'s mode for one row where the backend replays profiled rows in ``produced``: a row
-    whose profile shows a kernel of at least ``produced_from_us`` microseconds gets ``produced``,
-    others (shorter kernels, rows never profiled) ``mode``."""
-    if produced_from_us is None or profiled_us is None or profiled_us < produced_from_us:
+    whose profile says which inputs were in the cache (``reuse_evidence``,
+    ``perf_plugin.replay.cold_inputs``) or shows a kernel of at least ``produced_from_us``
+    microseconds gets ``produced``, others (shorter kernels, rows never profiled) ``mode``."""
+    if produced_from_us is None or profiled_us is None:
         return mode
-    return "produced"
+    if reuse_evidence or profiled_us >= produced_from_us:
+        return "produced"
+    return mode
 
 
 def tensor_bytes(value: Any) -> int:

@@ -29,6 +29,7 @@ from perf_plugin.replay.cache_modes import (
     rotation_plan,
     tensor_bytes,
 )
+from perf_plugin.replay.cold_inputs import cold_inputs, has_reuse_evidence
 from perf_plugin.replay.registry import get_replay
 from perf_plugin.replay.verify import VerificationError, verify_outputs
 
@@ -130,6 +131,18 @@ class ReplayRunner:
             return produce_inputs(self._evict(), input_storages(args, exclude=parameters))
         return None
 
+    def _uncached_inputs(self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str) -> tuple[Any, ...]:
+        """The inputs ``produced`` leaves out of the cache: the model's parameters, and those the
+        row's profile shows were read from memory (``cold_inputs``)."""
+        assert case.row is not None
+        if mode != "produced":
+            return ()
+        try:
+            cold = cold_inputs(case.row, args, self._last_level_cache())
+        except DatabaseError as exc:
+            raise CaseFailure(exc.located(path=case.ref.csv_file, row=case.ref.row_line).describe()) from None
+        return (*replay.parameters(case.row, args), *cold)
+
     def _timed_call(self, function: Any, args: tuple[Any, ...], mode: str) -> Any:
         """The call the warm-up and repeats run: on the same inputs, on rotating copies (rotate),
         or launched once the device is idle (idle: the wait is on the host, so the timed range
@@ -191,7 +204,7 @@ class ReplayRunner:
 
     def _run(self, case: "Case", replay: "OpReplay", seed: int) -> None:
         assert case.row is not None
-        mode = row_cache_mode(self.cache_mode, case.profiled_us, self.produced_from_us)
+        mode = row_cache_mode(self.cache_mode, case.profiled_us, self.produced_from_us, has_reuse_evidence(case.row))
         device = self.backend.torch_device()
         args: tuple[Any, ...] = ()
         try:
@@ -221,7 +234,7 @@ class ReplayRunner:
                 raise
             for _ in range(self.warmup_count):
                 run_once()
-            before_repeat = self._before_repeat(args, mode, replay.parameters(case.row, args))
+            before_repeat = self._before_repeat(args, mode, self._uncached_inputs(case, replay, args, mode))
             self.collector.measure(case.ref, run_once, self.repeat_count, before_repeat)
             del run_once, function, call_args  # releases rotating copies of the inputs with the inputs
             if self.candidate_judge is not None:
