@@ -297,7 +297,9 @@ def profile_model(model: Any, device: str, tokens: int, decode_steps: int, trace
 
 def trace_kernel_us(trace: Path) -> float:
     """Every device kernel's time in the trace (memcpy and memset too, as ingest counts them)."""
-    document = json.loads(trace.read_text())
+    from perf_plugin.ingest.json_file import load_json_file
+
+    document = load_json_file(trace, "trace")
     categories = {"kernel", "gpu_memcpy", "gpu_memset"}
     return sum(float(e.get("dur", 0)) for e in document.get("traceEvents", []) if e.get("cat") in categories)
 
