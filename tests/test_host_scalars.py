@@ -43,7 +43,7 @@ def test_an_add_of_a_python_number_gets_a_host_scalar_and_the_device_keeps_the_t
     replay = replay_of("Add")
     meta = torch.device("meta")  # stands for the accelerator: no values are drawn there
     x, y = replay.make_inputs(kernel_row("Add", _add_row(ADD_ON_SELF)), meta, None)  # type: ignore[arg-type]
-    assert (x.device.type, y.device.type, y.dim()) == ("meta", "cpu", 0)
+    assert x.device.type == "meta" and isinstance(y, int)  # passed as the model passed it: a number
     x, y = replay.make_inputs(kernel_row("Add", _add_row(GENERIC)), meta, None)  # type: ignore[arg-type]
     assert (x.device.type, y.device.type) == ("meta", "meta")
 
@@ -67,6 +67,41 @@ def test_an_aten_row_places_its_host_scalar_the_same_way() -> None:
     }  # fmt: skip
     replay = replay_of("aten.floor_divide")
     _, _, _, tensors, _ = replay.make_inputs(kernel_row("aten.floor_divide", cells), torch.device("meta"), None)  # type: ignore[arg-type]
-    assert [t.device.type for t in tensors] == ["meta", "cpu"]
+    assert tensors[0].device.type == "meta" and isinstance(tensors[1], int)
     outputs, _ = replay_on_cpu("aten.floor_divide", cells)
     assert tuple(outputs.shape) == (4096,)
+
+
+def test_a_number_where_a_0d_tensor_would_change_the_result_dtype() -> None:
+    """The FP8 model's ``scale / 448.0``: two 0-d operands, the divisor a Python float.  As a
+    0-d float64 tensor it would make the result float64 (another kernel); as a number the result
+    is the row's float32.  Where only a tensor gives the row's dtype, the tensor stays."""
+    cells = {
+        "Input Shapes": '";"', "Input Data Types": "FLOAT;DOUBLE", "Input Formats": "ND;ND",
+        "Output Shapes": "", "Output Data Types": "FLOAT", "Output Formats": "ND",
+        "Op Arguments": '{"overload":"Tensor","args":[{"tensor":0},{"tensor":1}]}',
+        "Profiling Kernels": DIV_AS_MUL,
+    }  # fmt: skip
+    replay = replay_of("aten.div")
+    _, _, _, tensors, _ = replay.make_inputs(kernel_row("aten.div", cells), torch.device("meta"), None)  # type: ignore[arg-type]
+    assert tensors[0].device.type == "meta" and isinstance(tensors[1], float)
+    outputs, _ = replay_on_cpu("aten.div", cells)
+    assert outputs.dtype == torch.float32
+    wider = {**cells, "Output Data Types": "DOUBLE"}
+    _, _, _, tensors, _ = replay.make_inputs(kernel_row("aten.div", wider), torch.device("meta"), None)  # type: ignore[arg-type]
+    assert tensors[1].device.type == "cpu" and tensors[1].dtype == torch.float64
+
+
+def test_ingest_resolves_a_wrapped_number_as_the_number_it_was() -> None:
+    """A real CPU trace of ``scale / 448.0`` (0-d float32 over a Python float, which the profiler
+    records as a 0-d float64 tensor): the row's output is the float32 the model computed, and
+    ``x * 0.5`` keeps its bfloat16."""
+    from pathlib import Path
+
+    from perf_plugin.ingest.pipeline import ingest_path
+
+    rows = ingest_path(Path(__file__).parent / "fixtures" / "cpu" / "scalar_operand_trace.json", None).rows
+    division = next(r for r in rows if r.kernel_type == "aten.div")
+    assert (division.cells["Input Data Types"], division.cells["Output Data Types"]) == ("FLOAT;DOUBLE", "FLOAT")
+    scaled = next(r for r in rows if r.kernel_type == "Muls")
+    assert scaled.cells["Output Data Types"] == "DT_BF16"

@@ -209,13 +209,22 @@ def call(name: str, overload: str, template: Sequence[Any], tensors: Sequence[An
     return function(*positional, **keywords)
 
 
-def meta_tensors(slots: Sequence[TensorSlot]) -> list["torch.Tensor"]:
+def meta_tensors(slots: Sequence[TensorSlot]) -> list[Any]:
+    """The slots as ``meta`` tensors, but a 0-d float64 slot after the first as a Python float.
+
+    The profiler records a Python number passed to a tensor argument (``scale / 448.0``) as the
+    0-d float64 tensor it is wrapped in, and a wrapped number stays out of type promotion where a
+    0-d tensor would not: with a 0-d float32 ``scale`` the quotient is float32, not float64.  A
+    0-d float64 tensor of a model's own is rare, so the output is resolved as the number gave it.
+    """
     import torch
 
-    tensors = []
-    for slot in slots:
+    tensors: list[Any] = []
+    for index, slot in enumerate(slots):
         dtype = torch_dtype(slot.dtype)
-        if slot.strides is not None:
+        if index > 0 and not slot.shape and dtype == torch.float64:
+            tensors.append(1.0)
+        elif slot.strides is not None:
             tensors.append(torch.empty_strided(slot.shape, slot.strides, dtype=dtype, device="meta"))
         else:
             tensors.append(torch.empty(slot.shape, dtype=dtype, device="meta"))

@@ -8,13 +8,17 @@ tensor is broadcast as a third operand (a generic ``elementwise_kernel``).  The 
 ran (the row's ``Profiling Kernels``, from a trace with device activity) tell them apart, so a
 replay puts that operand on the host where they show a by-value operand.  Rows without that
 evidence keep every operand on the device.
+
+A Python number also stays out of type promotion (``float32_0d / 2.0`` is float32, where a
+0-d float64 tensor would make it float64); the host operand is passed as a number where that
+is what gives the row's output dtype.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.schema import PROFILING_KERNELS
 from perf_plugin.replay.tensors import KernelRow, TensorSpec
@@ -53,3 +57,12 @@ def placed(
     # (no generator at all where the caller draws on ``meta``, whose values are never read)
     host_generator = torch.Generator().manual_seed(generator.initial_seed()) if generator is not None else generator
     return torch.device("cpu"), host_generator
+
+
+def as_passed(host: "torch.Tensor", other: "torch.Tensor", out_dtype: "torch.dtype") -> Any:
+    """The host operand as the model most likely passed it: a Python number where the result
+    of ``other`` with a number has the row's output dtype, else the 0-d CPU tensor."""
+    import torch
+
+    number = host.item()
+    return number if torch.result_type(other, number) == out_dtype else host

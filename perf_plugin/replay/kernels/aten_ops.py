@@ -39,7 +39,7 @@ from perf_plugin.replay.aten_call import (
     tensor_outputs,
 )
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.host_scalars import host_scalar_slot, placed
+from perf_plugin.replay.host_scalars import as_passed, host_scalar_slot, placed
 from perf_plugin.replay.kernels.elementwise import scalar_aware_dtype_slots, scalar_aware_outputs
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec
 
@@ -185,6 +185,9 @@ class AtenOpReplay(OpReplay):
             else self._tensor(spec, *placed(k == host, device, generator), bound)
             for k, spec in enumerate(slots)
         )
+        if host is not None and host > 0 and self.expected_outputs(row):
+            passed = as_passed(tensors[host], tensors[0], self.expected_outputs(row)[0].torch_dtype())
+            tensors = (*tensors[:host], passed, *tensors[host + 1 :])
         return _operator_name(row), overload, template, tensors, device
 
     def _tensor(self, spec: TensorSpec, device: "torch.device", generator: "torch.Generator", bound: int) -> Any:
@@ -245,16 +248,21 @@ def _slots(row: KernelRow) -> tuple[TensorSpec, ...]:
 
 
 def _all_float64(value: Any) -> Any:
-    return None if value is None else value.detach().to("cpu").double()
+    return value.detach().to("cpu").double() if _is_tensor(value) else value
 
 
 def _cpu_copy(value: Any) -> Any:
-    return None if value is None else value.detach().to("cpu", copy=True)
+    return value.detach().to("cpu", copy=True) if _is_tensor(value) else value
+
+
+def _is_tensor(value: Any) -> bool:
+    """Not None and not a Python number (a host scalar passed as the model passed it)."""
+    return hasattr(value, "detach")
 
 
 def _float64_copy(value: Any) -> Any:
-    if value is None:
-        return None
+    if not _is_tensor(value):
+        return value
     copy = value.detach().to("cpu")
     return copy.double() if copy.is_floating_point() else copy.clone()
 

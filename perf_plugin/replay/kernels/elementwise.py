@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from perf_plugin.database.shapes import split_slots
 from perf_plugin.database.signature import normalise_dtype, normalise_format
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.host_scalars import host_scalar_slot, placed
+from perf_plugin.replay.host_scalars import as_passed, host_scalar_slot, placed
 from perf_plugin.replay.kernels.matmul import broadcast_shapes
 from perf_plugin.trace.args import (
     DEFAULT_FLOAT,
@@ -252,6 +252,8 @@ class _BinaryReplay(_ElementwiseReplay):
         host = host_scalar_slot(row, (x_spec, y_spec))  # a Python number in the model: a CPU scalar
         x = self.random(x_spec, *placed(host == 0, device, generator))
         y = self.random(y_spec, *placed(host == 1, device, generator))
+        if host == 1:  # (a number cannot be the first operand of torch.add and its kin)
+            y = as_passed(y, x, out_spec.torch_dtype())
         if torch.result_type(x, y) == out_spec.torch_dtype():
             return x, y
         return x, y, self.random(out_spec, device, generator)
