@@ -234,7 +234,7 @@ def test_idle_mode_evicts_by_reading_and_launches_each_call_after_the_device_fin
 def test_produced_mode_leaves_the_models_parameters_out_of_the_rewrite() -> None:
     runner = _runner("produced", 4096)
     x, weight, bias = torch.ones(4, 8), torch.ones(8, 16), torch.ones(16)
-    produce = runner._before_repeat((x, weight, bias), "produced", parameters=(weight.t().t(), bias))
+    produce = runner._before_repeat((x, weight, bias), "produced", uncached=(weight.t().t(), bias))
     with torch.autograd.profiler.profile(record_shapes=True) as prof:
         produce()
     assert [e.input_shapes[0] for e in prof.function_events if e.name == "aten::mul_"] == [[128]]  # x's bytes only

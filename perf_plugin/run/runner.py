@@ -119,16 +119,17 @@ class ReplayRunner:
         """A call reading twice the cache."""
         return cache_evict(self._buffer())
 
-    def _before_repeat(self, args: tuple[Any, ...], mode: str, parameters: tuple[Any, ...] = ()) -> Any:
+    def _before_repeat(self, args: tuple[Any, ...], mode: str, uncached: tuple[Any, ...] = ()) -> Any:
         """What runs outside the timed range before every repeat: the flush (cold mode), the
-        eviction (idle mode), or the eviction and a rewrite of the inputs ``args`` but the model
-        parameters among them (produced mode: a model reads its weights from memory)."""
+        eviction (idle mode), or the eviction and a rewrite of the inputs ``args`` but the
+        ``uncached`` among them (produced mode: a model reads its weights, and inputs written
+        long before, from memory: ``_uncached_inputs``)."""
         if mode == "cold":
             return self._flush()
         if mode == "idle":
             return self._evict()
         if mode == "produced":
-            return produce_inputs(self._evict(), input_storages(args, exclude=parameters))
+            return produce_inputs(self._evict(), input_storages(args, exclude=uncached))
         return None
 
     def _uncached_inputs(self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str) -> tuple[Any, ...]:
