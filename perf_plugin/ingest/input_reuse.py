@@ -19,18 +19,20 @@ more narrowly or widely:
   count alone would pair a weight with the activation beside it;
 * a strided view (a recorded non-contiguous layout, such as the half of a head that rotary
   embedding negates) matches the latest output whose elements cover the view's span: it reads
-  part of a larger tensor.  The distance is the bytes the device moved
-between that output's write and this read: every operator's inputs and outputs in between, the
-producer's output itself, and half of the producer's inputs (an output element is written on
-average halfway through its producer, whose later reads compete for the cache).  An input no
+  part of a larger tensor.
+
+The distance is the bytes the device moved between that output's write and this read: every
+operator's inputs and outputs in between, the producer's output itself, and half of the
+producer's inputs (an output element is written on average halfway through its producer, whose
+later reads compete for the cache).  An input no
 earlier operator produced (a model's parameter, data from before the profile) has no distance.
 
 Where the inference guesses wrong: a shape many tensors share (a decode step's residual stream,
 ``[1,1,hidden]``) can pair an input with another writer of that shape than its own; a broadcast
 operand built under another shape and then reshaped (a routing weight of ``[8]`` read as
 ``[8,1]``) finds no writer and counts as read from memory.  On three decoder models profiled on
-an H100, replays that follow the distances put 89-96 % of the kernel time within 10 % of the
-in-model durations (``benchmarks/model_coverage.py``; README, "Coverage of real profiles").
+an H100, replays that follow the distances put 86-96 % of the kernel time within 10 % of the
+in-model durations (two profiling runs) (``benchmarks/model_coverage.py``; README, "Coverage of real profiles").
 
 A row's cell (``Profiling Input Reuse Distance(B)``) holds, per input slot, the median over the
 row's calls, ``-`` where most calls had no producer; the replay compares it with its device's
