@@ -32,7 +32,8 @@ Where the inference guesses wrong: a shape many tensors share (a decode step's r
 operand built under another shape and then reshaped (a routing weight of ``[8]`` read as
 ``[8,1]``) finds no writer and counts as read from memory.  On three decoder models profiled on
 an H100, replays that follow the distances put 86-96 % of the kernel time within 10 % of the
-in-model durations (two profiling runs) (``benchmarks/model_coverage.py``; README, "Coverage of real profiles").
+in-model durations over two profiling runs (``benchmarks/model_coverage.py``; README, "Coverage
+of real profiles").
 
 A row's cell (``Profiling Input Reuse Distance(B)``) holds, per input slot, the median over the
 row's calls, ``-`` where most calls had no producer; the replay compares it with its device's

@@ -39,8 +39,8 @@ others get ``rotate`` (``row_cache_mode``).  On an H100, over three decoder mode
 per-input rewrite put 86-96 % of the replayed kernel time within 10 % of its in-model duration
 (two profiling runs), against 79-89 % for ``produced`` rewriting every input and 70-87 % for
 ``idle`` rewriting none: a decode-sized kernel runs ~0.3 us longer when any input comes from
-memory, and which do differs from row to row.  ``produced`` costs ~0.3 ms per repeat (the eviction), so rows without such
-evidence and with short kernels keep the cheap mode.  ``produced`` leaves a model's parameters
+memory, and which do differs from row to row.  ``produced`` costs ~0.3 ms per repeat (the
+eviction), so rows without such evidence and with short kernels keep the cheap mode.  ``produced`` leaves a model's parameters
 out of its rewrite (``OpReplay.parameters``: a linear layer's weight, an MoE layer's experts): a
 model reads those from memory, and rewriting them made decode GEMMs of a Llama model 1.13-1.20x
 their in-model duration, where the other inputs in the cache and the weights out of it landed
