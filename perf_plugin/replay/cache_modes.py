@@ -35,16 +35,16 @@ measurement (``benchmarks/model_coverage.py``); ``auto``, the default, follows i
 the model found in the cache (``Profiling Input Reuse Distance(B)``, written by the ingest of a
 trace with device activity) is replayed in ``produced`` with only those inputs rewritten
 (``perf_plugin.replay.cold_inputs``); so is a row whose profile shows a kernel of at least 2 us;
-others get ``rotate`` (``row_cache_mode``).  On an H100, over three decoder models, the
-per-input rewrite put 86-96 % of the replayed kernel time within 10 % of its in-model duration
-(two profiling runs), against 79-89 % for ``produced`` rewriting every input and 70-87 % for
-``idle`` rewriting none: a decode-sized kernel runs ~0.3 us longer when any input comes from
-memory, and which do differs from row to row.  ``produced`` costs ~0.3 ms per repeat (the
-eviction), so rows without such evidence and with short kernels keep the cheap mode.  ``produced`` leaves a model's parameters
-out of its rewrite (``OpReplay.parameters``: a linear layer's weight, an MoE layer's experts): a
-model reads those from memory, and rewriting them made decode GEMMs of a Llama model 1.13-1.20x
-their in-model duration, where the other inputs in the cache and the weights out of it landed
-0.97-0.99x.
+others get ``rotate`` (``row_cache_mode``).  On an H100, over three decoder models, the per-input
+rewrite put 86-96 % of the replayed kernel time within 10 % of its in-model duration (two
+profiling runs), against 79-89 % for ``produced`` rewriting every input and 70-87 % for ``idle``
+rewriting none: a decode-sized kernel runs ~0.3 us longer when any input comes from memory, and
+which do differs from row to row.  ``produced`` costs ~0.3 ms per repeat (the eviction), so rows
+without such evidence and with short kernels keep the cheap mode.  ``produced`` leaves a model's
+parameters out of its rewrite (``OpReplay.parameters``: a linear layer's weight, an MoE layer's
+experts): a model reads those from memory, and rewriting them made decode GEMMs of a Llama model
+1.13-1.20x their in-model duration, where the other inputs in the cache and the weights out of it
+landed 0.97-0.99x.
 """
 
 from __future__ import annotations
