@@ -226,9 +226,9 @@ def input_storages(value: Any, exclude: Any = ()) -> list[Any]:
     The whole storage, not the view: an expanded or strided input is rewritten without writing
     one element twice, and a storage two inputs share is rewritten once.
     """
-    left_out = {(t.device, t.untyped_storage().data_ptr()) for t in _tensors(exclude)}
+    left_out = {(t.device, t.untyped_storage().data_ptr()) for t in tensors_in(exclude)}
     seen: dict[tuple[Any, int], Any] = {}
-    for tensor in _tensors(value):
+    for tensor in tensors_in(value):
         storage = tensor.untyped_storage()
         key = (tensor.device, storage.data_ptr())
         if key not in seen and key not in left_out and storage.nbytes():
@@ -238,9 +238,10 @@ def input_storages(value: Any, exclude: Any = ()) -> list[Any]:
     return list(seen.values())
 
 
-def _tensors(value: Any) -> list[Any]:
+def tensors_in(value: Any) -> list[Any]:
+    """Every tensor in ``value`` (a tensor, or a tuple/list nesting tensors), in order."""
     if isinstance(value, (tuple, list)):
-        return [tensor for item in value for tensor in _tensors(item)]
+        return [tensor for item in value for tensor in tensors_in(item)]
     return [value] if hasattr(value, "untyped_storage") and hasattr(value, "element_size") else []
 
 

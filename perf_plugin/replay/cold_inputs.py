@@ -21,6 +21,7 @@ from typing import Any
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.reuse_cell import parse_reuse_cell
 from perf_plugin.database.schema import PROFILING_INPUT_REUSE
+from perf_plugin.replay.cache_modes import tensors_in
 from perf_plugin.replay.tensors import KernelRow, TensorSpec
 
 
@@ -51,7 +52,7 @@ def cold_slots(row: KernelRow, cache_bytes: int) -> list[TensorSpec]:
 
 def cold_inputs(row: KernelRow, args: Sequence[Any], cache_bytes: int) -> tuple[Any, ...]:
     """The tensors among ``args`` (what ``make_inputs`` built) of the row's cold slots."""
-    tensors = _tensors(args)
+    tensors = tensors_in(args)
     claimed: set[int] = set()
     cold = []
     for spec in cold_slots(row, cache_bytes):
@@ -66,8 +67,3 @@ def cold_inputs(row: KernelRow, args: Sequence[Any], cache_bytes: int) -> tuple[
 def _matches(tensor: Any, spec: TensorSpec) -> bool:
     return tuple(tensor.shape) == tuple(spec.shape or ()) and tensor.dtype == spec.torch_dtype()
 
-
-def _tensors(value: Any) -> list[Any]:
-    if isinstance(value, (tuple, list)):
-        return [tensor for item in value for tensor in _tensors(item)]
-    return [value] if hasattr(value, "untyped_storage") and hasattr(value, "dtype") else []
