@@ -176,6 +176,19 @@ def test_cold_mode_flushes_a_buffer_twice_the_cache_and_warm_mode_none() -> None
     assert runner._flush_buffer.numel() == 8192
     assert bool((runner._flush_buffer == 1).all())
     assert runner._before_repeat(inputs, "cold") is not None and runner._flush_buffer.numel() == 8192  # built once
+    with torch.autograd.profiler.profile(record_shapes=True) as prof:
+        flush()
+    assert _code_evicted_before(prof.function_events, [8192])
+
+
+def _code_evicted_before(events: list, buffer_shape: list[int]) -> bool:
+    """Whether the operators ``events`` recorded ran the code eviction's distinct operators (on its
+    shape) and only then touched the runner's buffer (of ``buffer_shape``)."""
+    shape = list(CpuBackend.code_eviction_shape)
+    on_shape = [i for i, e in enumerate(events) if e.input_shapes[:1] == [shape]]
+    on_buffer = [i for i, e in enumerate(events) if e.input_shapes[:1] == [buffer_shape]]
+    distinct = {events[i].name for i in on_shape if events[i].cpu_parent is None}
+    return len(distinct) >= 14 and bool(on_buffer) and max(on_shape) < min(on_buffer)
 
 
 def test_produced_mode_flushes_then_rewrites_every_input_storage_once_keeping_values() -> None:
@@ -205,7 +218,8 @@ def test_produced_mode_evicts_by_reading_the_runners_buffer_then_rewrites() -> N
     with torch.autograd.profiler.profile(record_shapes=True) as prof:
         produce()
     ops = [(e.name, e.input_shapes[0]) for e in prof.function_events if e.name in ("aten::amax", "aten::mul_")]
-    assert ops == [("aten::amax", [2048]), ("aten::mul_", [1024])]  # 8192 bytes read as int32, then the input's bytes
+    code = [("aten::amax", list(CpuBackend.code_eviction_shape))] * 3  # the code eviction's reductions, one per dtype
+    assert ops == [*code, ("aten::amax", [2048]), ("aten::mul_", [1024])]  # then 8192 bytes read as int32, the input's bytes
     assert bool((runner._flush_buffer == 0).all()) and bool((inputs[0] == 3.0).all())  # read, not written
 
 
@@ -224,6 +238,7 @@ def test_idle_mode_evicts_by_reading_and_launches_each_call_after_the_device_fin
     with torch.autograd.profiler.profile(record_shapes=True) as prof:
         evict()
     assert [e.name for e in prof.function_events if e.input_shapes[:1] == [[2048]]] == ["aten::amax"]  # read as int32
+    assert _code_evicted_before(prof.function_events, [2048])
     assert bool((runner._flush_buffer == 7).all())
     run_once = runner._timed_call(lambda a: events.append(f"call {a.data_ptr()}"), inputs, "idle")
     run_once()

@@ -30,6 +30,10 @@ class Backend(ABC):
     # ``auto``: rows whose profile shows a kernel of at least this many microseconds are replayed
     # in ``produced`` (None: every row in ``auto_cache_mode``)
     auto_produced_from_us: float | None = None
+    # The tensor shape of the kernels that evict the instruction caches before each repeat of the
+    # produced, idle and cold cache modes (perf_plugin.replay.code_eviction): large enough to
+    # occupy every compute unit of the device.
+    code_eviction_shape: tuple[int, int] = (1021, 1031)
     # The torch.profiler activity that records this backend's kernels (a ProfilerActivity name),
     # and whether the in-process collector switches collection on only around the timed repeats
     # (the CPU, where every operator is an event) rather than for the whole batch.

@@ -18,6 +18,11 @@
   ``produced``), and the repeat is launched only once the device has finished all earlier work, as a host-bound phase of a model
   (decode) launches its kernels: onto an idle device whose cache other kernels overwrote.
 
+In ``cold``, ``produced`` and ``idle``, the step before every repeat begins with some forty
+distinct kernels over the whole device, which evict the timed kernel's code from the instruction
+caches as the kernels a model runs in between do (``perf_plugin.replay.code_eviction``: without
+them, short kernels replayed up to a fifth faster than in the model).
+
 Ingest records the launch context a PyTorch trace shows (``Profiling Average Launched Idle``: the
 share of a row's launches that began on an idle device).  Choosing ``idle`` for rows launched
 idle and ``produced`` for the others was measured on an H100 (``benchmarks/model_coverage.py``)

@@ -29,6 +29,7 @@ from perf_plugin.replay.cache_modes import (
     rotation_plan,
     tensor_bytes,
 )
+from perf_plugin.replay.code_eviction import code_eviction, then
 from perf_plugin.replay.cold_inputs import cold_inputs, has_reuse_evidence
 from perf_plugin.replay.registry import get_replay
 from perf_plugin.replay.verify import VerificationError, verify_outputs
@@ -78,6 +79,7 @@ class ReplayRunner:
     # session's ranks: perf_plugin.run.expert_parallel.ExpertGroups); None: this process forms none.
     groups: "Callable[[int], RankGroup] | None" = None
     _flush_buffer: Any = None
+    _evict_code: Any = None
     _cache_bytes: int | None = None
     _free_seen: int | None = None
 
@@ -119,17 +121,26 @@ class ReplayRunner:
         """A call reading twice the cache."""
         return cache_evict(self._buffer())
 
+    def _code_eviction(self) -> Any:
+        """A call launching distinct kernels over the whole device (``code_eviction``), built once."""
+        if self._evict_code is None:
+            self._evict_code = code_eviction(self.backend.torch_device(), self.backend.code_eviction_shape)
+        return self._evict_code
+
     def _before_repeat(self, args: tuple[Any, ...], mode: str, uncached: tuple[Any, ...] = ()) -> Any:
         """What runs outside the timed range before every repeat: the flush (cold mode), the
         eviction (idle mode), or the eviction and a rewrite of the inputs ``args`` but the
         ``uncached`` among them (produced mode: a model reads its weights, and inputs written
-        long before, from memory: ``_uncached_inputs``)."""
+        long before, from memory: ``_uncached_inputs``).  In each, the instruction caches are
+        evicted first, as the kernels a model runs in between leave them, before the data
+        eviction, so that it leaves none of their lines dirty (``code_eviction``)."""
         if mode == "cold":
-            return self._flush()
+            return then(self._code_eviction(), self._flush())
         if mode == "idle":
-            return self._evict()
+            return then(self._code_eviction(), self._evict())
         if mode == "produced":
-            return produce_inputs(self._evict(), input_storages(args, exclude=uncached))
+            evict = then(self._code_eviction(), self._evict())
+            return produce_inputs(evict, input_storages(args, exclude=uncached))
         return None
 
     def _uncached_inputs(self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str) -> tuple[Any, ...]:
