@@ -62,6 +62,13 @@ RAW_DURATION = "Duration(us)"
 # running work.  Its ``Profiling Average`` column is the share of the row's launches that began
 # on an idle device; ``--perf-cache-mode auto`` replays each row in the context it had.
 LAUNCHED_IDLE = "Launched Idle"
+# A counter of PyTorch traces with device activity: per launch, how many distinct kernels the
+# device ran since the operator's kernels last ran (perf_plugin.ingest.code_reuse), at most
+# CODE_REUSE_CAP (none for a kernel the profile ran for the first time).  A replay evicts the
+# instruction caches before each repeat unless the row's average says the model found its code
+# there (perf_plugin.replay.code_eviction).
+CODE_REUSE = "Code Reuse Distance(kernels)"
+CODE_REUSE_CAP = 64
 
 # Microbench columns written back by a replay run.
 MICROBENCH_AVERAGE = "Average Duration(us)"

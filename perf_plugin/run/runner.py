@@ -29,7 +29,7 @@ from perf_plugin.replay.cache_modes import (
     rotation_plan,
     tensor_bytes,
 )
-from perf_plugin.replay.code_eviction import code_eviction, then
+from perf_plugin.replay.code_eviction import code_cached, code_eviction, then
 from perf_plugin.replay.cold_inputs import cold_inputs, has_reuse_evidence
 from perf_plugin.replay.registry import get_replay
 from perf_plugin.replay.verify import VerificationError, verify_outputs
@@ -127,21 +127,32 @@ class ReplayRunner:
             self._evict_code = code_eviction(self.backend.torch_device(), self.backend.code_eviction_shape)
         return self._evict_code
 
-    def _before_repeat(self, args: tuple[Any, ...], mode: str, uncached: tuple[Any, ...] = ()) -> Any:
+    def _before_repeat(
+        self, args: tuple[Any, ...], mode: str, uncached: tuple[Any, ...] = (), evict_code: bool = True
+    ) -> Any:
         """What runs outside the timed range before every repeat: the flush (cold mode), the
         eviction (idle mode), or the eviction and a rewrite of the inputs ``args`` but the
         ``uncached`` among them (produced mode: a model reads its weights, and inputs written
-        long before, from memory: ``_uncached_inputs``).  In each, the instruction caches are
-        evicted first, as the kernels a model runs in between leave them, before the data
-        eviction, so that it leaves none of their lines dirty (``code_eviction``)."""
-        if mode == "cold":
-            return then(self._code_eviction(), self._flush())
-        if mode == "idle":
-            return then(self._code_eviction(), self._evict())
+        long before, from memory: ``_uncached_inputs``).  In each, unless ``evict_code`` is
+        False (``_code_stays_cached``), the instruction caches are evicted first, as the kernels a
+        model runs in between leave them, and before the data eviction, so that it leaves none
+        of their lines dirty (``code_eviction``)."""
+        if mode not in ("cold", "idle", "produced"):
+            return None
+        evict_data = self._flush() if mode == "cold" else self._evict()
+        if evict_code:
+            evict_data = then(self._code_eviction(), evict_data)
         if mode == "produced":
-            evict = then(self._code_eviction(), self._evict())
-            return produce_inputs(evict, input_storages(args, exclude=uncached))
-        return None
+            return produce_inputs(evict_data, input_storages(args, exclude=uncached))
+        return evict_data
+
+    def _code_stays_cached(self, case: "Case") -> bool:
+        """Whether the row's profile shows the model found its kernels' code cached."""
+        assert case.row is not None
+        try:
+            return code_cached(case.row)
+        except DatabaseError as exc:
+            raise CaseFailure(exc.located(path=case.ref.csv_file, row=case.ref.row_line).describe()) from None
 
     def _uncached_inputs(self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str) -> tuple[Any, ...]:
         """The inputs ``produced`` leaves out of the cache: the model's parameters, and those the
@@ -246,7 +257,8 @@ class ReplayRunner:
                 raise
             for _ in range(self.warmup_count):
                 run_once()
-            before_repeat = self._before_repeat(args, mode, self._uncached_inputs(case, replay, args, mode))
+            uncached = self._uncached_inputs(case, replay, args, mode)
+            before_repeat = self._before_repeat(args, mode, uncached, evict_code=not self._code_stays_cached(case))
             self.collector.measure(case.ref, run_once, self.repeat_count, before_repeat)
             del run_once, function, call_args  # releases rotating copies of the inputs with the inputs
             if self.candidate_judge is not None:

@@ -33,7 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
+from perf_plugin.backends.cuda import CudaBackend
+from perf_plugin.replay.code_eviction import code_eviction, distinct_kernels
+
 REPEATS = 30
+COUNTS = (0, 1, 2, 4, 6, 8, 10, 12, 16, 24, 42)
 
 
 @dataclass
@@ -101,36 +105,23 @@ def _cases() -> list[Case]:
     ]
 
 
-def code_churn(device: torch.device, elements: int = 1 << 20) -> Callable[[], None]:
-    """~40 distinct kernels (element-wise ops, reductions, softmax, scans over three dtypes),
-    none timed; with the default size each runs over every SM."""
-    tensors = [torch.randn(elements, device=device, dtype=dtype) for dtype in (torch.float32, torch.bfloat16, torch.float16)]
-    unary = (torch.sin, torch.cos, torch.exp, torch.log1p, torch.tanh, torch.sigmoid, torch.abs, torch.sqrt,
-             torch.erf, torch.reciprocal)
-    rows = max(1, elements // 1024)
-
-    def churn() -> None:
-        for x in tensors:
-            for fn in unary:
-                fn(x)
-            x.view(rows, -1).amax(dim=-1)
-            x.view(rows, -1).mean(dim=0)
-            torch.softmax(x.view(rows, -1), dim=-1)
-            torch.cumsum(x.view(rows, -1), dim=-1)
-
-    return churn
-
-
 def gemm_churn(device: torch.device) -> Callable[[], None]:
-    """GEMMs of three dtypes and shapes (cuBLAS kernels with large code), none timed."""
+    """GEMMs of three dtypes and two shapes (cuBLAS kernels, with large code), none timed."""
     pairs = [(torch.randn(m, 1024, device=device, dtype=dtype), torch.randn(1024, n, device=device, dtype=dtype))
              for dtype in (torch.float32, torch.bfloat16, torch.float16) for m, n in ((8, 1024), (512, 2048))]
 
     def churn() -> None:
         for a, b in pairs:
-            a @ b
+            torch.bmm(a.unsqueeze(0), b.unsqueeze(0))  # bmm, not the mm that the GEMM cases time
 
     return churn
+
+
+def first(calls: list[Callable[[], Any]], count: int) -> Callable[[], None]:
+    def run() -> None:
+        for call in calls[:count]:
+            call()
+    return run
 
 
 def timed_durations(case: Case, run: Callable[[], None]) -> list[float]:
@@ -142,8 +133,8 @@ def timed_durations(case: Case, run: Callable[[], None]) -> list[float]:
 
 
 # Each context: the steps run before every repeat, in order ("evict": read 256 MB; "code": the
-# distinct kernels over every SM; "code-small": the same kernels over 1024 elements, a block
-# each; "gemms": cuBLAS GEMMs; "rewrite": every input rewritten in place).
+# harness's code eviction, 42 distinct kernels over every SM; "code-small": the same kernels over
+# 1023 elements, a block each; "gemms": cuBLAS GEMMs; "rewrite": every input rewritten in place).
 CONTEXTS = {
     "produced": ("evict", "rewrite"),
     "evict,code,rewrite": ("evict", "code", "rewrite"),
@@ -153,7 +144,8 @@ CONTEXTS = {
 }
 
 
-def contexts(case: Case, device: torch.device, steps: dict[str, Callable[[], Any]]) -> dict[str, list[float]]:
+def contexts(case: Case, device: torch.device, steps: dict[str, Callable[[], Any]],
+             variants: dict[str, tuple[str, ...]] = CONTEXTS) -> dict[str, list[float]]:
     timed, inputs = case.build(device)
     storages = {t.untyped_storage().data_ptr(): torch.empty(0, dtype=torch.uint8, device=device).set_(t.untyped_storage())
                 for t in inputs}
@@ -178,7 +170,7 @@ def contexts(case: Case, device: torch.device, steps: dict[str, Callable[[], Any
 
     warm()
     found = {"warm": timed_durations(case, warm)}
-    for label, names in CONTEXTS.items():
+    for label, names in variants.items():
         found[label] = timed_durations(case, context(names))
     return found
 
@@ -187,9 +179,11 @@ def main() -> None:
     device = torch.device("cuda")
     torch.manual_seed(0)
     evict_words = torch.empty(64 << 20, device=device, dtype=torch.int32)
+    kernels = distinct_kernels(device, CudaBackend.code_eviction_shape)
     steps: dict[str, Callable[[], Any]] = {
-        "evict": evict_words.amax, "code": code_churn(device), "code-small": code_churn(device, 1024),
-        "gemms": gemm_churn(device)}
+        "evict": evict_words.amax, "code": code_eviction(device, CudaBackend.code_eviction_shape),
+        "code-small": code_eviction(device, (31, 33)), "gemms": gemm_churn(device),
+        **{f"code{n}": first(kernels, n) for n in COUNTS}}
     for step in steps.values():
         step()
     names = ("warm", *CONTEXTS)
@@ -206,6 +200,12 @@ def main() -> None:
                 continue
             median = statistics.median(values)
             cells.append(f"{median:7.2f} ({median / case.in_model_us:4.2f}) n={len(values):<3d}")
+        print(f"{case.name:46s} {case.in_model_us:7.2f} " + " ".join(cells))
+    print(f"\nThe same, with the first N of the code eviction's kernels before the eviction and rewrite")
+    print(f"{'case':46s} {'model':>7s} " + " ".join(f"{f'N={n}':>7s}" for n in COUNTS))
+    for case in _cases():
+        found = contexts(case, device, steps, {f"code{n}": (f"code{n}", "evict", "rewrite") for n in COUNTS})
+        cells = [f"{statistics.median(found[f'code{n}']):7.2f}" for n in COUNTS]
         print(f"{case.name:46s} {case.in_model_us:7.2f} " + " ".join(cells))
 
 
