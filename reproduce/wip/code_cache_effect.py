@@ -11,12 +11,15 @@ For kernels of rows the H100 model runs missed, with their in-model shapes, this
 torch.profiler session per case and context, 30 repeats each, the median device duration):
 
 * ``warm``: repeats back to back;
-* ``produced``: the harness's ``produced`` mode (an eviction by reading 256 MB, then every input
-  rewritten in place, then the kernel);
-* ``produced+code``: as ``produced``, with ~40 distinct kernels (element-wise ops, reductions,
-  sorts over three dtypes, each over every SM) between the eviction and the rewrite;
-* ``produced+code+idle``: as ``produced+code``, with the kernel launched onto an idle device
-  (synchronise, then a 30 us host pause), as an eager model launches nearly every kernel;
+* ``produced``: the harness's ``produced`` mode before the code eviction (an eviction by reading
+  256 MB, then every input rewritten in place, then the kernel);
+* ``evict,code,rewrite`` and ``code,evict,rewrite``: the harness's code eviction
+  (``perf_plugin.replay.code_eviction``: 42 distinct kernels over every SM) after or before the
+  data eviction (before, so the data eviction leaves none of their lines dirty, is what the
+  harness does);
+* ``evict,code-small,rewr``: the same kernels on 1023 elements, each on a block or two;
+* ``code,gemms,evict,rewr``: cuBLAS GEMMs added to the code eviction;
+* then a sweep over the number N of the code eviction's kernels run before each repeat;
 
 and prints them beside the in-model duration (from the H100 profiles of ``model_coverage.py``).
 Prerequisites: an NVIDIA GPU and torch with CUDA.  ``python reproduce/wip/code_cache_effect.py``
