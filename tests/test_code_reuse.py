@@ -132,3 +132,7 @@ def test_a_bad_cell_read_directly_is_a_database_error_naming_the_column() -> Non
     with pytest.raises(DatabaseError) as error:
         code_cached(_row("often"))
     assert error.value.column == CODE_REUSE_COLUMN
+
+
+def test_a_bad_code_reuse_cell_fails_no_case_timed_warm() -> None:
+    assert _before_repeat_of(_row("often"), "warm") is None

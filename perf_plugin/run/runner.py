@@ -52,6 +52,8 @@ MEMORY_HEADROOM = 3.0
 # every case, and an out-of-memory error in a case is still caught and reported as a skip.
 SMALL_CASE_SHARE = 0.05
 RELEASE_CACHE_BYTES = 64 * 1024 * 1024
+# The cache modes with a step before every repeat, which begins with the code eviction
+EVICTING_MODES = ("cold", "idle", "produced")
 
 
 class CaseSkip(Exception):
@@ -137,7 +139,7 @@ class ReplayRunner:
         False (``_code_stays_cached``), the instruction caches are evicted first, as the kernels a
         model runs in between leave them, and before the data eviction, so that it leaves none
         of their lines dirty (``code_eviction``)."""
-        if mode not in ("cold", "idle", "produced"):
+        if mode not in EVICTING_MODES:
             return None
         evict_data = self._flush() if mode == "cold" else self._evict()
         if evict_code:
@@ -146,9 +148,12 @@ class ReplayRunner:
             return produce_inputs(evict_data, input_storages(args, exclude=uncached))
         return evict_data
 
-    def _code_stays_cached(self, case: "Case") -> bool:
-        """Whether the row's profile shows the model found its kernels' code cached."""
+    def _code_stays_cached(self, case: "Case", mode: str) -> bool:
+        """Whether the row's profile shows the model found its kernels' code cached (read only
+        for the modes that would evict it, so a bad cell fails no case timed warm)."""
         assert case.row is not None
+        if mode not in EVICTING_MODES:
+            return True
         try:
             return code_cached(case.row)
         except DatabaseError as exc:
@@ -258,7 +263,7 @@ class ReplayRunner:
             for _ in range(self.warmup_count):
                 run_once()
             uncached = self._uncached_inputs(case, replay, args, mode)
-            before_repeat = self._before_repeat(args, mode, uncached, evict_code=not self._code_stays_cached(case))
+            before_repeat = self._before_repeat(args, mode, uncached, evict_code=not self._code_stays_cached(case, mode))
             self.collector.measure(case.ref, run_once, self.repeat_count, before_repeat)
             del run_once, function, call_args  # releases rotating copies of the inputs with the inputs
             if self.candidate_judge is not None:
