@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf_plugin.backends.base import Backend
 from perf_plugin.backends.cpu import CpuBackend
 from perf_plugin.backends.cuda import CudaBackend
-from perf_plugin.replay.code_eviction import code_eviction, on_share, then
+from perf_plugin.replay.code_eviction import code_eviction, then
 
 
 class _Recorder(TorchDispatchMode):
@@ -56,15 +55,3 @@ def test_accelerators_occupy_every_compute_unit_and_the_cpu_stays_small() -> Non
     assert rows * columns >= 1 << 20  # > 132 SMs x 2048 threads x 4 elements
     cpu_rows, cpu_columns = CpuBackend.code_eviction_shape
     assert cpu_rows * cpu_columns <= 1 << 12
-
-
-@pytest.mark.parametrize(("share", "pattern"), [(1.0, [1, 1, 1, 1, 1, 1]), (0.0, [0, 0, 0, 0, 0, 0]),
-                                                 (0.5, [0, 1, 0, 1, 0, 1]), (2 / 3, [0, 1, 1, 0, 1, 1])])
-def test_on_share_runs_the_call_on_that_share_of_calls_spread_evenly(share: float, pattern: list[int]) -> None:
-    runs: list[int] = []
-    sometimes = on_share(lambda: runs.append(len(calls)), share)
-    calls: list[int] = []
-    for _ in pattern:
-        calls.append(0)
-        sometimes()
-    assert [int(i + 1 in runs) for i in range(len(pattern))] == pattern

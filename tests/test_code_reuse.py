@@ -1,5 +1,5 @@
-"""Code reuse of traced operators: distinct kernels since their kernels last ran, ingest writing
-the share of calls that found their code cached, and the replay evicting it before the rest."""
+"""Code reuse distances of traced operators: distinct kernels since their kernels last ran,
+ingest writing them, and the replay keeping a row's code cached from them."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.schema import CODE_CACHED_KERNELS, PROFILING_COUNT
-from perf_plugin.ingest.code_reuse import code_cached_flags, code_reuse_distances
+from perf_plugin.database.schema import CODE_REUSE_CAP, PROFILING_COUNT
+from perf_plugin.ingest.code_reuse import code_reuse_distances
 from perf_plugin.ingest.pipeline import ingest_path
-from perf_plugin.replay.code_eviction import CODE_CACHED_COLUMN, code_evicted_share
+from perf_plugin.replay.code_eviction import CODE_CACHED_KERNELS, CODE_REUSE_COLUMN, code_cached
 from perf_plugin.replay.tensors import KernelRow, kernel_row_from_cells
 from perf_plugin.results import CaseRef
 from perf_plugin.run.cases import STATUS_READY, Case
@@ -23,6 +23,7 @@ from perf_plugin.run.runner import CaseFailure, ReplayRunner
 from tests.test_cache_modes import SmallCacheCpu
 
 FIXTURES = Path(__file__).parent / "fixtures"
+CAP = float(CODE_REUSE_CAP)
 
 
 def _same(found: list[float], expected: list[float]) -> bool:
@@ -41,15 +42,9 @@ def test_a_call_of_several_kernels_takes_its_farthest() -> None:
     assert _same(code_reuse_distances(calls)[-3:], [3.0, math.nan, math.nan])  # a kernel without history: none
 
 
-def test_a_call_without_kernels_has_no_distance() -> None:
-    calls = [["x"], *[[f"k{i}"] for i in range(70)], ["x"], []]
-    assert _same(code_reuse_distances(calls)[-2:], [70.0, math.nan])
-
-
-def test_a_call_found_its_code_cached_up_to_the_threshold() -> None:
-    threshold = float(CODE_CACHED_KERNELS)
-    flags = code_cached_flags([0.0, threshold, threshold + 1, math.nan])
-    assert _same(flags, [1.0, 1.0, 0.0, math.nan])
+def test_distances_stop_at_the_cap_and_a_call_without_kernels_has_none() -> None:
+    calls = [["x"], *[[f"k{i}"] for i in range(CODE_REUSE_CAP + 10)], ["x"], []]
+    assert _same(code_reuse_distances(calls)[-2:], [CAP, math.nan])
 
 
 def test_the_counts_equal_a_direct_count_on_random_sequences() -> None:
@@ -61,41 +56,42 @@ def test_the_counts_equal_a_direct_count_on_random_sequences() -> None:
         counts = []
         for name in call:
             before = [i for i in range(position) if launches[i] == name]
-            counts.append(len(set(launches[before[-1] + 1 : position])) if before else None)
+            counts.append(min(CODE_REUSE_CAP, len(set(launches[before[-1] + 1 : position]))) if before else None)
             position += 1
         expected.append(math.nan if None in counts else float(max(c for c in counts if c is not None)))
     assert _same(code_reuse_distances(calls), expected)
 
 
-def test_ingest_of_a_real_cuda_trace_writes_the_share_of_calls_that_found_their_code_cached(tmp_path: Path) -> None:
+def test_ingest_of_a_real_cuda_trace_writes_the_average_per_row(tmp_path: Path) -> None:
     """The H100 indexing trace: three randint calls in a row, the last launching the kernel the
-    one before it did (cached); a row of one call whose kernel ran for the first time has no value."""
+    one before it did; a row of one call whose kernel ran for the first time has no value."""
     ingest_path(FIXTURES / "cuda" / "indexing_trace.json", tmp_path)
     with (tmp_path / "aten.randint.csv").open(newline="") as handle:
         reader = csv.DictReader(handle)
         header = list(reader.fieldnames or [])
-        cells = [row[CODE_CACHED_COLUMN] for row in reader]
-    assert header.index(CODE_CACHED_COLUMN) < header.index(PROFILING_COUNT)  # a counter: before the count
-    assert "" in cells and "1" in cells
-    assert all(float(cell) in (0.0, 1.0) for cell in cells if cell)  # one call each
+        cells = [row[CODE_REUSE_COLUMN] for row in reader]
+    assert header.index(CODE_REUSE_COLUMN) < header.index(PROFILING_COUNT)  # a counter: before the count
+    assert "" in cells and "0" in cells
+    assert all(0.0 <= float(cell) <= CAP for cell in cells if cell)
 
 
 def test_a_cpu_trace_has_no_code_reuse_column(tmp_path: Path) -> None:
     ingest_path(FIXTURES / "cpu" / "indexing_trace.json", tmp_path)
     for path in tmp_path.glob("*.csv"):
-        assert CODE_CACHED_COLUMN not in path.read_text().splitlines()[0]
+        assert CODE_REUSE_COLUMN not in path.read_text().splitlines()[0]
 
 
 def _row(cell: str) -> KernelRow:
     cells = {"Input Shapes": '"1,8,1,128;1,1,1,128"', "Input Data Types": "FLOAT;FLOAT", "Input Formats": "ND;ND",
              "Output Shapes": '"1,8,1,128"', "Output Data Types": "FLOAT", "Output Formats": "ND",
-             CODE_CACHED_COLUMN: cell}
+             CODE_REUSE_COLUMN: cell}
     return kernel_row_from_cells("Mul", cells)
 
 
-@pytest.mark.parametrize(("cell", "evicted"), [("", 1.0), ("1", 0.0), ("0.25", 0.75), ("0", 1.0)])
-def test_a_row_evicts_the_code_before_the_share_of_repeats_its_model_found_it_evicted(cell: str, evicted: float) -> None:
-    assert code_evicted_share(_row(cell)) == evicted
+@pytest.mark.parametrize(("cell", "cached"), [("", False), ("2.5", True), (str(CODE_CACHED_KERNELS), True),
+                                              ("6.5", False), ("64", False)])
+def test_a_row_keeps_its_code_cached_when_its_model_ran_few_kernels_in_between(cell: str, cached: bool) -> None:
+    assert code_cached(_row(cell)) is cached
 
 
 def _before_repeat_of(row: KernelRow, mode: str) -> object:
@@ -113,40 +109,30 @@ def _before_repeat_of(row: KernelRow, mode: str) -> object:
     return seen[0]
 
 
-def _code_evictions(before_repeat: object, repeats: int) -> list[bool]:
-    """Per repeat, whether the step before it ran the code eviction (operators on its shape)."""
-    assert callable(before_repeat)
-    shape = list(SmallCacheCpu.code_eviction_shape)
-    evicted = []
-    for _ in range(repeats):
+@pytest.mark.parametrize("mode", ["produced", "idle", "cold"])
+def test_the_runner_evicts_code_only_for_rows_whose_model_found_it_evicted(mode: str) -> None:
+    on_code_shape = []
+    for cell in ("2.5", "30"):
+        before_repeat = _before_repeat_of(_row(cell), mode)
+        assert callable(before_repeat)
         with torch.autograd.profiler.profile(record_shapes=True) as prof:
             before_repeat()
-        count = sum(1 for e in prof.function_events if e.input_shapes[:1] == [shape] and e.cpu_parent is None)
-        assert count in (0, 42)
-        evicted.append(count == 42)
-    return evicted
+        shape = list(SmallCacheCpu.code_eviction_shape)
+        on_code_shape.append(sum(1 for e in prof.function_events if e.input_shapes[:1] == [shape]))
+    assert on_code_shape[0] == 0 and on_code_shape[1] >= 42
 
 
-@pytest.mark.parametrize("mode", ["produced", "idle", "cold"])
-def test_the_runner_evicts_code_before_the_share_of_repeats_the_profile_gives(mode: str) -> None:
-    assert _code_evictions(_before_repeat_of(_row("1"), mode), 4) == [False] * 4
-    assert _code_evictions(_before_repeat_of(_row(""), mode), 4) == [True] * 4
-    assert _code_evictions(_before_repeat_of(_row("0.5"), mode), 4) == [False, True, False, True]
-    assert _code_evictions(_before_repeat_of(_row("0.25"), mode), 4) == [False, True, True, True]
-
-
-@pytest.mark.parametrize("cell", ["often", "1.5", "-0.1"])
-def test_a_bad_code_cached_cell_fails_the_case_naming_file_row_and_column(cell: str) -> None:
+def test_a_bad_code_reuse_cell_fails_the_case_naming_file_row_and_column() -> None:
     with pytest.raises(CaseFailure) as failure:
-        _before_repeat_of(_row(cell), "produced")
-    assert all(part in str(failure.value) for part in ("Mul.csv", "4", CODE_CACHED_COLUMN, repr(cell)))
+        _before_repeat_of(_row("often"), "produced")
+    assert all(part in str(failure.value) for part in ("Mul.csv", "4", CODE_REUSE_COLUMN, "'often'"))
 
 
 def test_a_bad_cell_read_directly_is_a_database_error_naming_the_column() -> None:
     with pytest.raises(DatabaseError) as error:
-        code_evicted_share(_row("often"))
-    assert error.value.column == CODE_CACHED_COLUMN
+        code_cached(_row("often"))
+    assert error.value.column == CODE_REUSE_COLUMN
 
 
-def test_a_bad_code_cached_cell_fails_no_case_timed_warm() -> None:
+def test_a_bad_code_reuse_cell_fails_no_case_timed_warm() -> None:
     assert _before_repeat_of(_row("often"), "warm") is None

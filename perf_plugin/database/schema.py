@@ -62,19 +62,13 @@ RAW_DURATION = "Duration(us)"
 # running work.  Its ``Profiling Average`` column is the share of the row's launches that began
 # on an idle device; ``--perf-cache-mode auto`` replays each row in the context it had.
 LAUNCHED_IDLE = "Launched Idle"
-# A counter of PyTorch traces with device activity: 1 for a launch whose kernels all ran within
-# the last CODE_CACHED_KERNELS distinct kernels the device ran, so that their code was still in
-# the instruction caches, 0 for one whose kernels had been evicted; none for a kernel the profile
-# runs for the first time (perf_plugin.ingest.code_reuse).  Its ``Profiling Average`` column is the
-# share of the row's calls that found their code cached; a replay evicts the instruction caches
-# before the other share of its repeats (perf_plugin.replay.code_eviction).
-CODE_CACHED = "Code Cached"
-# Distinct kernels since a kernel's previous launch up to which its code is taken as cached.  Over
-# three decoder models profiled on an H100, 6 or 7 put the most kernel time within 10 % of its
-# in-model duration (README, "Coverage of real profiles"); kernels over the whole device evict it
-# after 2-4 (reproduce/wip/code_cache_effect.py), but a model's decode kernels mostly run on a
-# few SMs and evict less.
-CODE_CACHED_KERNELS = 7
+# A counter of PyTorch traces with device activity: per launch, how many distinct kernels the
+# device ran since the operator's kernels last ran (perf_plugin.ingest.code_reuse), at most
+# CODE_REUSE_CAP (none for a kernel the profile ran for the first time).  A replay evicts the
+# instruction caches before each repeat unless the row's average says the model found its code
+# there (perf_plugin.replay.code_eviction).
+CODE_REUSE = "Code Reuse Distance(kernels)"
+CODE_REUSE_CAP = 64
 
 # Microbench columns written back by a replay run.
 MICROBENCH_AVERAGE = "Average Duration(us)"

@@ -9,15 +9,11 @@ caches before every repeat unless the row says the model found its code there
 (``perf_plugin.replay.code_eviction``), and this is what says it.
 
 Per launch of an operator (in device order): the number of distinct kernel names the device ran
-between the previous launch of each of its kernels and this one, the largest over its kernels;
-not a number where one of its kernels had not run before in the profile (what ran before the
-profile is unknown).  A launch at ``CODE_CACHED_KERNELS`` or fewer found its code cached
-(``Code Cached`` 1, else 0), and a row's ``Profiling Average Code Cached`` is the share of its
-calls that did, over those with a distance: a kernel's first launch in the profile does not
-weigh on the row.  A share, not a mean distance, since one row's calls often differ: the FP8
-model's per-token ``RealDiv`` ran 7 distinct kernels after its previous call for a third of its
-calls and 14-27 for the others, and the replay evicts the code before two thirds of its
-repeats.
+between the previous launch of each of its kernels and this one, the largest over its kernels,
+at most ``CODE_REUSE_CAP``; not a number where one of its kernels had not run before in the
+profile (what ran before the profile is unknown).  A row's ``Profiling Average Code Reuse
+Distance(kernels)`` is the mean over its calls that have one, so a kernel's first launch in the
+profile does not weigh on the row.
 
 Counting distinct names between two positions of a long kernel sequence is a range query: a name
 counts when its latest launch lies inside the range, so a Fenwick tree over launch positions,
@@ -29,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from perf_plugin.database.schema import CODE_CACHED_KERNELS
+from perf_plugin.database.schema import CODE_REUSE_CAP
 
 
 class _LatestLaunches:
@@ -58,7 +54,7 @@ class _LatestLaunches:
         previous = self.latest.get(name)
         if previous is None:
             return math.nan
-        return float(self._prefix(now) - self._prefix(previous + 1))
+        return float(min(CODE_REUSE_CAP, self._prefix(now) - self._prefix(previous + 1)))
 
     def launch(self, name: str, position: int) -> None:
         previous = self.latest.get(name)
@@ -70,8 +66,8 @@ class _LatestLaunches:
 
 def code_reuse_distances(kernels_per_call: Sequence[Sequence[str]]) -> list[float]:
     """Per call (in device order, each the names of the kernels it launched, in order), the
-    distinct kernels run since its kernels last ran (NaN for a call with a kernel not run before,
-    or with none)."""
+    distinct kernels run since its kernels last ran (``CODE_REUSE_CAP`` at most; NaN for a call
+    with a kernel not run before, or with none)."""
     latest = _LatestLaunches(sum(len(kernels) for kernels in kernels_per_call))
     position = 0
     distances: list[float] = []
@@ -85,9 +81,3 @@ def code_reuse_distances(kernels_per_call: Sequence[Sequence[str]]) -> list[floa
             position += 1
         distances.append(distance)
     return distances
-
-
-def code_cached_flags(distances: Sequence[float]) -> list[float]:
-    """Per call, 1.0 where its code reuse distance is ``CODE_CACHED_KERNELS`` or less, else 0.0
-    (NaN stays NaN: no evidence)."""
-    return [d if math.isnan(d) else float(d <= CODE_CACHED_KERNELS) for d in distances]

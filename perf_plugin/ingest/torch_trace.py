@@ -8,8 +8,8 @@ described by ``aten_mapping``.  Its duration is:
   launched nothing on the device are not rows.  The counter ``Launched Idle`` says whether the
   operator's first kernel was launched onto an idle device (``trace_attribution.idle_launches``),
   each input's reuse distance, the bytes the device moved since it was written
-  (``input_reuse``), and the counter ``Code Cached`` whether its kernels ran few enough distinct
-  kernels ago to find their code cached (``code_reuse``);
+  (``input_reuse``), and the counter ``Code Reuse Distance(kernels)`` how many distinct kernels
+  ran since its kernels last did (``code_reuse``);
 * on a CPU-only trace: the operator's own wall time on the CPU (its ``dur``, which includes the
   operators it called), for operators that do work (views and allocations are left out);
   ``Accelerator Core`` = ``CPU``.
@@ -31,11 +31,11 @@ from typing import Any
 import pandas as pd
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.schema import CODE_CACHED, DETAIL_COLUMNS, IDENTITY_COLUMNS, LAUNCHED_IDLE
+from perf_plugin.database.schema import CODE_REUSE, DETAIL_COLUMNS, IDENTITY_COLUMNS, LAUNCHED_IDLE
 from perf_plugin.ingest import columns as col
 from perf_plugin.ingest.aggregate import INPUT_REUSE, KERNEL_TIMES
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
-from perf_plugin.ingest.code_reuse import code_cached_flags, code_reuse_distances
+from perf_plugin.ingest.code_reuse import code_reuse_distances
 from perf_plugin.ingest.input_reuse import reuse_distances
 from perf_plugin.ingest.list_dtypes import READERS_LOOKED_AT, resolve_cat_dtypes
 from perf_plugin.ingest.profile_table import ProfileTable
@@ -122,7 +122,7 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
     _record_reuse(launched)
     table = ProfileTable(
         frame=_sample_frame(records, attribution.device_trace),
-        counters=[LAUNCHED_IDLE, CODE_CACHED] if attribution.device_trace else [],
+        counters=[LAUNCHED_IDLE, CODE_REUSE] if attribution.device_trace else [],
         sources=[trace.source] if trace.source is not None else [],
         kinds=[KIND_TORCH_TRACE],
         rows_read=summary.operators,
@@ -132,15 +132,14 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
 
 
 def _record_reuse(launched: list[tuple[int, dict[str, Any], MappedOp]]) -> None:
-    """Each device sample's inputs' reuse distances and whether it found its code cached, over the
-    samples in launch order (a sample's kernels are those of its ``KERNEL_TIMES``, in the order
-    they first ran)."""
+    """Each device sample's inputs' reuse distances and its code's, over the samples in launch
+    order (a sample's kernels are those of its ``KERNEL_TIMES``, in the order they first ran)."""
     launched.sort(key=lambda item: item[0])
     distances = reuse_distances([mapped for _, _, mapped in launched])
-    code = code_cached_flags(code_reuse_distances([list(record[KERNEL_TIMES]) for _, record, _ in launched]))
-    for (_, record, _), per_slot, cached in zip(launched, distances, code):
+    code = code_reuse_distances([list(record[KERNEL_TIMES]) for _, record, _ in launched])
+    for (_, record, _), per_slot, code_distance in zip(launched, distances, code):
         record[INPUT_REUSE] = per_slot
-        record[CODE_CACHED] = cached
+        record[CODE_REUSE] = code_distance
 
 
 def _following_on_thread(samples: list[OpSample]) -> Callable[[OpSample], list[OpSample]]:
@@ -162,7 +161,7 @@ def _sample_frame(records: list[dict[str, Any]], device_trace: bool) -> pd.DataF
     """The samples as ingest's frame: cells as categories (few distinct values, many samples)."""
     columns = [col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS, col.DURATION]
     if device_trace:
-        columns += [KERNEL_TIMES, LAUNCHED_IDLE, CODE_CACHED, INPUT_REUSE]
+        columns += [KERNEL_TIMES, LAUNCHED_IDLE, CODE_REUSE, INPUT_REUSE]
     frame = pd.DataFrame.from_records(records, columns=columns)
     for name in (col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS):
         frame[name] = frame[name].astype("category")

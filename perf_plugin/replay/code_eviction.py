@@ -13,12 +13,11 @@ with the distinct kernels below run before each repeat, 5.5 us.  Its prefill cou
 the data eviction, so that it leaves no line of theirs dirty, the figures are the same.
 
 Not every kernel of a model finds its code evicted: rotary embedding runs its ``mul``, ``neg`` and
-``cat`` for the queries and, a few kernels later, for the keys.  Ingest records the share of a
-row's calls whose kernels ran few enough distinct kernels before to find their code cached
-(``Profiling Average Code Cached``, ``perf_plugin.ingest.code_reuse``), and the replay evicts the
-code before the other share of its repeats, spread evenly over them (``code_evicted_share``,
-``on_share``).  Evicting it before every repeat made the keys' rotary ``mul`` of the H100 Llama
-model replay at 1.14-1.16x its in-model duration.
+``cat`` for the queries and, a few kernels later, for the keys.  Ingest records how many distinct
+kernels ran since a row's kernels last did (``Profiling Average Code Reuse Distance(kernels)``,
+``perf_plugin.ingest.code_reuse``), and a row whose model ran at most ``CODE_CACHED_KERNELS``
+in between keeps its code cached in the replay (``code_cached``).  Without that, the keys'
+rotary ``mul`` of the H100 Llama model replayed at 1.14-1.16x its in-model duration.
 
 ``code_eviction`` builds the distinct kernels: element-wise functions, reductions, a softmax and
 a scan, each over three floating dtypes, each on a tensor large enough to occupy every compute
@@ -31,19 +30,24 @@ row's.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.schema import CODE_CACHED, PROFILING_COUNTER_PREFIX
+from perf_plugin.database.schema import CODE_REUSE, PROFILING_COUNTER_PREFIX
 
 if TYPE_CHECKING:
     import torch
 
     from perf_plugin.replay.tensors import KernelRow
 
-CODE_CACHED_COLUMN = PROFILING_COUNTER_PREFIX + CODE_CACHED
+# A kernel whose model ran at most this many distinct kernels since its previous call found its
+# code in the instruction caches.  Kernels over the whole device evict it after 2-4 (the sweep
+# of reproduce/wip/code_cache_effect.py on an H100); a model's decode kernels mostly run on a few
+# SMs and evict less.  Over three decoder models profiled on an H100, 4 to 6 put the most kernel
+# time within 10 % of its in-model duration, 8 and more less (README, "Coverage of real profiles").
+CODE_CACHED_KERNELS = 6.0
+CODE_REUSE_COLUMN = PROFILING_COUNTER_PREFIX + CODE_REUSE
 
 # Element-wise functions with distinct kernels (one each per dtype).
 _UNARY_NAMES = ("sin", "cos", "exp", "log1p", "tanh", "sigmoid", "abs", "sqrt", "erf", "reciprocal")
@@ -76,35 +80,18 @@ def distinct_kernels(device: "torch.device", shape: tuple[int, int]) -> list[Cal
     return calls
 
 
-def code_evicted_share(row: "KernelRow") -> float:
-    """The share of the row's repeats to evict the code before: the share of its profiled calls
-    that found their code evicted (all of them where the row has no such evidence).
+def code_cached(row: "KernelRow") -> bool:
+    """Whether the row's profile shows its kernels found their code cached (False without one).
 
-    Raises DatabaseError naming the column when the cell is not a share."""
-    cell = row.attrs.get(CODE_CACHED_COLUMN, "").strip()
+    Raises DatabaseError naming the column when the cell is not a number."""
+    cell = row.attrs.get(CODE_REUSE_COLUMN, "").strip()
     if not cell:
-        return 1.0
+        return False
     try:
-        cached = float(cell)
+        distance = float(cell)
     except ValueError:
-        cached = math.nan
-    if not 0.0 <= cached <= 1.0:
-        raise DatabaseError(f"{cell!r} is not a share between 0 and 1", column=CODE_CACHED_COLUMN)
-    return 1.0 - cached
-
-
-def on_share(call: Callable[[], Any], share: float) -> Callable[[], None]:
-    """A no-argument call that runs ``call`` on ``share`` of its calls, spread evenly (the k-th
-    call runs it when the running count of ``share`` per call passes a whole number)."""
-    calls = 0
-
-    def sometimes() -> None:
-        nonlocal calls
-        calls += 1
-        if math.floor(calls * share + 1e-9) > math.floor((calls - 1) * share + 1e-9):
-            call()
-
-    return sometimes
+        raise DatabaseError(f"{cell!r} is not a number of kernels", column=CODE_REUSE_COLUMN) from None
+    return distance <= CODE_CACHED_KERNELS
 
 
 def then(first: Callable[[], Any], second: Callable[[], Any]) -> Callable[[], None]:

@@ -29,7 +29,7 @@ from perf_plugin.replay.cache_modes import (
     rotation_plan,
     tensor_bytes,
 )
-from perf_plugin.replay.code_eviction import code_evicted_share, code_eviction, on_share, then
+from perf_plugin.replay.code_eviction import code_cached, code_eviction, then
 from perf_plugin.replay.cold_inputs import cold_inputs, has_reuse_evidence
 from perf_plugin.replay.registry import get_replay
 from perf_plugin.replay.verify import VerificationError, verify_outputs
@@ -130,32 +130,32 @@ class ReplayRunner:
         return self._evict_code
 
     def _before_repeat(
-        self, args: tuple[Any, ...], mode: str, uncached: tuple[Any, ...] = (), code_evicted: float = 1.0
+        self, args: tuple[Any, ...], mode: str, uncached: tuple[Any, ...] = (), evict_code: bool = True
     ) -> Any:
         """What runs outside the timed range before every repeat: the flush (cold mode), the
         eviction (idle mode), or the eviction and a rewrite of the inputs ``args`` but the
         ``uncached`` among them (produced mode: a model reads its weights, and inputs written
-        long before, from memory: ``_uncached_inputs``).  In each, before ``code_evicted`` of the
-        repeats (``_code_evicted``), the instruction caches are evicted first, as the kernels a
+        long before, from memory: ``_uncached_inputs``).  In each, unless ``evict_code`` is
+        False (``_code_stays_cached``), the instruction caches are evicted first, as the kernels a
         model runs in between leave them, and before the data eviction, so that it leaves none
         of their lines dirty (``code_eviction``)."""
         if mode not in EVICTING_MODES:
             return None
         evict_data = self._flush() if mode == "cold" else self._evict()
-        if code_evicted > 0.0:
-            evict_data = then(on_share(self._code_eviction(), code_evicted), evict_data)
+        if evict_code:
+            evict_data = then(self._code_eviction(), evict_data)
         if mode == "produced":
             return produce_inputs(evict_data, input_storages(args, exclude=uncached))
         return evict_data
 
-    def _code_evicted(self, case: "Case", mode: str) -> float:
-        """The share of the repeats whose code is evicted: of the row's profiled calls, those that
-        found it evicted (read only for the modes that evict, so a bad cell fails no warm case)."""
+    def _code_stays_cached(self, case: "Case", mode: str) -> bool:
+        """Whether the row's profile shows the model found its kernels' code cached (read only
+        for the modes that would evict it, so a bad cell fails no case timed warm)."""
         assert case.row is not None
         if mode not in EVICTING_MODES:
-            return 0.0
+            return True
         try:
-            return code_evicted_share(case.row)
+            return code_cached(case.row)
         except DatabaseError as exc:
             raise CaseFailure(exc.located(path=case.ref.csv_file, row=case.ref.row_line).describe()) from None
 
@@ -263,7 +263,7 @@ class ReplayRunner:
             for _ in range(self.warmup_count):
                 run_once()
             uncached = self._uncached_inputs(case, replay, args, mode)
-            before_repeat = self._before_repeat(args, mode, uncached, code_evicted=self._code_evicted(case, mode))
+            before_repeat = self._before_repeat(args, mode, uncached, evict_code=not self._code_stays_cached(case, mode))
             self.collector.measure(case.ref, run_once, self.repeat_count, before_repeat)
             del run_once, function, call_args  # releases rotating copies of the inputs with the inputs
             if self.candidate_judge is not None:
