@@ -5,11 +5,11 @@ fetches its code (from the last-level cache or memory) into the compute units' i
 caches.  A replay runs one kernel over and over: with only the data eviction and the input
 rewrite between repeats, the kernel's code stays in those caches and the repeat skips the fetch.
 The difference is not small for short kernels: on an H100, the Qwen3-MoE decode step's sum over
-its 8 experts (``[1,8,2048]`` bf16) took 5.05 us in the model and 3.9 us replayed in ``produced``;
-with the distinct kernels below run before each repeat, 5.5 us.  Its prefill counterpart went from
-8.3 to 10.2 us (10.3 us in the model), an MoE ``mul`` from 2.02 to 2.30 us (2.45), a
-``masked_fill`` from 2.08 to 2.36 us (2.66); prefill GEMMs moved by 2-4 %
-(``reproduce/wip/code_cache_effect.py``).  The kernels' data is not what moves them: run before
+its 8 experts (``[1,8,2048]`` bf16) took 5.05 us in the model and 3.5-3.9 us replayed in
+``produced``; with the distinct kernels below run before each repeat, 5.2-5.7 us.  Its prefill
+counterpart went from 8.0-8.3 to 10.2 us (10.3 us in the model), an MoE ``mul`` from 2.02-2.24 to
+2.30-2.45 us (2.45), a ``masked_fill`` from 2.05-2.40 to 2.36-2.66 us (2.66); prefill GEMMs moved
+by 2-4 % (``reproduce/wip/code_cache_effect.py``, three runs).  The kernels' data is not what moves them: run before
 the data eviction, so that it leaves no line of theirs dirty, the figures are the same.
 
 Not every kernel of a model finds its code evicted: rotary embedding runs its ``mul``, ``neg`` and
