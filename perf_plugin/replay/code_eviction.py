@@ -9,8 +9,9 @@ its 8 experts (``[1,8,2048]`` bf16) took 5.05 us in the model and 3.5-3.9 us rep
 ``produced``; with the distinct kernels below run before each repeat, 5.2-5.7 us.  Its prefill
 counterpart went from 8.0-8.3 to 10.2 us (10.3 us in the model), an MoE ``mul`` from 2.02-2.24 to
 2.30-2.45 us (2.45), a ``masked_fill`` from 2.05-2.40 to 2.36-2.66 us (2.66); prefill GEMMs moved
-by 2-4 % (``reproduce/wip/code_cache_effect.py``, three runs).  The kernels' data is not what moves them: run before
-the data eviction, so that it leaves no line of theirs dirty, the figures are the same.
+by 2-4 % (``reproduce/wip/code_cache_effect.py``, three runs).  The kernels' data is not what
+moves them: run before the data eviction, so that it leaves no line of theirs dirty, the figures
+are the same.
 
 Not every kernel of a model finds its code evicted: rotary embedding runs its ``mul``, ``neg`` and
 ``cat`` for the queries and, a few kernels later, for the keys.  Ingest records how many distinct
