@@ -8,7 +8,7 @@ The difference is not small for short kernels: on an H100, the Qwen3-MoE decode 
 its 8 experts (``[1,8,2048]`` bf16) took 5.05 us in the model and 3.5-3.9 us replayed in
 ``produced``; with the distinct kernels below run before each repeat, 5.2-5.7 us.  Its prefill
 counterpart went from 8.0-8.3 to 10.2 us (10.3 us in the model), an MoE ``mul`` from 2.02-2.24 to
-2.30-2.45 us (2.45), a ``masked_fill`` from 2.05-2.40 to 2.36-2.66 us (2.66); prefill GEMMs moved
+2.30-2.45 us (2.45), a ``masked_fill`` from 2.05-2.40 to 2.35-2.66 us (2.66); prefill GEMMs moved
 by 2-4 % (``reproduce/wip/code_cache_effect.py``, three runs).  The kernels' data is not what
 moves them: run before the data eviction, so that it leaves no line of theirs dirty, the figures
 are the same.
@@ -23,9 +23,9 @@ rotary ``mul`` of the H100 Llama model replayed at 1.14-1.16x its in-model durat
 ``code_eviction`` builds the distinct kernels: element-wise functions, reductions, a softmax and
 a scan, each over three floating dtypes, each on a tensor large enough to occupy every compute
 unit (a kernel on a few blocks refreshes the caches of a few units only: the prefill sum then
-got 8.5 us instead of 10.2).  The tensor's shape, two primes, is one no database row is likely to
-have, so a collector that tells kernels apart by shape (msprof's) does not mistake them for a
-row's.
+got 8.4-9.2 us instead of 10.2).  The tensor's shape, two primes, is one no database row is
+likely to have, so a collector that tells kernels apart by shape (msprof's) does not mistake
+them for a row's.
 """
 
 from __future__ import annotations
