@@ -44,6 +44,18 @@ class SmallCacheCpu(CpuBackend):
         return self.cache
 
 
+class RecordingCollector:
+    """A collector that times nothing: it keeps each case's step before the repeats, by case id."""
+
+    kind = "in-process"
+
+    def __init__(self) -> None:
+        self.before_repeat: dict[str, object] = {}
+
+    def measure(self, ref: CaseRef, run_once: object, repeats: int, before_repeat: object = None) -> None:
+        self.before_repeat[ref.case_id] = before_repeat
+
+
 def test_tensor_bytes_counts_nested_tensors_only() -> None:
     args = (torch.ones(4, 8), [torch.ones(3, dtype=torch.bfloat16), torch.ones(2, dtype=torch.int64)], 2.5, "x")
     assert tensor_bytes(args) == 4 * 8 * 4 + 3 * 2 + 2 * 8
@@ -270,15 +282,9 @@ def test_the_runner_picks_each_cases_mode_from_its_profile() -> None:
     the first is timed with the produced rewrite before its repeats, the second without."""
     from perf_plugin.replay.tensors import kernel_row_from_cells
 
-    seen: dict[str, object] = {}
-
-    class Recording:
-        kind = "in-process"
-
-        def measure(self, ref: CaseRef, run_once: object, repeats: int, before_repeat: object = None) -> None:
-            seen[ref.case_id] = before_repeat
-
-    runner = ReplayRunner(SmallCacheCpu(4096), collector=Recording(), repeat_count=2, warmup_count=0,  # type: ignore[arg-type]
+    recording = RecordingCollector()
+    seen = recording.before_repeat
+    runner = ReplayRunner(SmallCacheCpu(4096), collector=recording, repeat_count=2, warmup_count=0,  # type: ignore[arg-type]
                           cache_mode="rotate", produced_from_us=2.0)
     cells = {"Input Shapes": '"8,16;8,16"', "Input Data Types": "FLOAT;FLOAT", "Input Formats": "ND;ND",
              "Output Shapes": '"8,16"', "Output Data Types": "FLOAT", "Output Formats": "ND"}
@@ -409,35 +415,22 @@ def test_cold_slots_of_one_shape_claim_distinct_tensors() -> None:
 
 
 def test_a_bad_reuse_cell_fails_the_case_naming_file_row_and_column() -> None:
-    seen: list[object] = []
-
-    class Recording:
-        kind = "in-process"
-
-        def measure(self, ref: CaseRef, run_once: object, repeats: int, before_repeat: object = None) -> None:
-            seen.append(before_repeat)
-
-    runner = ReplayRunner(SmallCacheCpu(4096), collector=Recording(), repeat_count=2, warmup_count=0,  # type: ignore[arg-type]
+    recording = RecordingCollector()
+    runner = ReplayRunner(SmallCacheCpu(4096), collector=recording, repeat_count=2, warmup_count=0,  # type: ignore[arg-type]
                           cache_mode="produced")
     case = Case(CaseRef("bad", "Mul", "Mul.csv", 7, "Mul"), STATUS_READY, row=_row_with_reuse("12;lots"), profiled_us=3.0)
     with pytest.raises(CaseFailure) as failure:
         runner.run(case)
     assert all(part in str(failure.value) for part in ("Mul.csv", "7", PROFILING_INPUT_REUSE, "'lots'"))
-    assert seen == []
+    assert recording.before_repeat == {}
 
 
 def test_produced_mode_rewrites_only_the_inputs_the_profile_found_in_the_cache() -> None:
     """The norm weight's slot has no producer in the profile: the rewrite before each repeat
     leaves it evicted and rewrites the activation alone."""
-    seen: dict[str, object] = {}
-
-    class Recording:
-        kind = "in-process"
-
-        def measure(self, ref: CaseRef, run_once: object, repeats: int, before_repeat: object = None) -> None:
-            seen[ref.case_id] = before_repeat
-
-    runner = ReplayRunner(SmallCacheCpu(1 << 20), collector=Recording(), repeat_count=2, warmup_count=0,  # type: ignore[arg-type]
+    recording = RecordingCollector()
+    seen = recording.before_repeat
+    runner = ReplayRunner(SmallCacheCpu(1 << 20), collector=recording, repeat_count=2, warmup_count=0,  # type: ignore[arg-type]
                           cache_mode="rotate", produced_from_us=2.0)
     # profiled at 1 us, under the 2 us of auto's rule, but with evidence: produced
     runner.run(Case(CaseRef("norm", "Mul", "Mul.csv", 2, "Mul"), STATUS_READY, row=_row_with_reuse("-;8192"), profiled_us=1.0))

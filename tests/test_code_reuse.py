@@ -20,7 +20,7 @@ from perf_plugin.replay.tensors import KernelRow, kernel_row_from_cells
 from perf_plugin.results import CaseRef
 from perf_plugin.run.cases import STATUS_READY, Case
 from perf_plugin.run.runner import CaseFailure, ReplayRunner
-from tests.test_cache_modes import SmallCacheCpu
+from tests.test_cache_modes import RecordingCollector, SmallCacheCpu
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CAP = float(CODE_REUSE_CAP)
@@ -95,18 +95,11 @@ def test_a_row_keeps_its_code_cached_when_its_model_ran_few_kernels_in_between(c
 
 
 def _before_repeat_of(row: KernelRow, mode: str) -> object:
-    seen: list[object] = []
-
-    class Recording:
-        kind = "in-process"
-
-        def measure(self, ref: CaseRef, run_once: object, repeats: int, before_repeat: object = None) -> None:
-            seen.append(before_repeat)
-
-    runner = ReplayRunner(SmallCacheCpu(4096), collector=Recording(), repeat_count=2, warmup_count=0,  # type: ignore[arg-type]
+    recording = RecordingCollector()
+    runner = ReplayRunner(SmallCacheCpu(4096), collector=recording, repeat_count=2, warmup_count=0,  # type: ignore[arg-type]
                           cache_mode=mode)
     runner.run(Case(CaseRef("rope", "Mul", "Mul.csv", 4, "Mul"), STATUS_READY, row=row, profiled_us=2.0))
-    return seen[0]
+    return recording.before_repeat["rope"]
 
 
 @pytest.mark.parametrize("mode", ["produced", "idle", "cold"])
