@@ -288,7 +288,9 @@ def profile_model(model: Any, device: str, tokens: int, decode_steps: int, trace
     if device == "cuda":
         torch.cuda.synchronize()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    with profile(activities=activities, record_shapes=True) as prof:
+    # profile_memory: the allocator's events say which tensors were still alive at each call,
+    # which ingest uses to find the kernel that wrote each input (``perf_plugin.ingest.input_reuse``)
+    with profile(activities=activities, record_shapes=True, profile_memory=True) as prof:
         run_steps(model, device, tokens, decode_steps)
         if device == "cuda":
             torch.cuda.synchronize()

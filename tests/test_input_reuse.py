@@ -56,6 +56,24 @@ def test_a_broadcast_operand_matches_only_an_output_of_its_very_shape() -> None:
     assert reuse_distances([rsqrt, times])[1][1] == 4 / 2 + 4  # a keepdim statistic of its very shape
 
 
+def test_a_0d_device_operand_matches_the_0d_output_that_wrote_it() -> None:
+    """A per-tensor quantization scale the previous kernel computed; a host scalar (an empty
+    slot) is passed by value and has no writer."""
+    clamp = op([((), F32)], [((), F32)])
+    divide = op([((1, 4096), BF16), ((), F32)], [((1, 4096), BF16)])
+    assert reuse_distances([clamp, divide])[1] == (math.inf, 4 / 2 + 4)
+    by_value = op([((1, 4096), BF16), (None, F32)], [((1, 4096), BF16)])
+    assert reuse_distances([clamp, by_value])[1] == (math.inf, math.inf)
+
+
+def test_an_indexed_input_is_not_a_broadcast_operand() -> None:
+    """``x[idx]`` of a [1,2048] view of a [1,1,2048] norm output into [8,2048] rows: the
+    exact-shape rule of broadcast operands does not apply to an operator that is not element-wise."""
+    norm = op([], [((1, 1, 2048), BF16)])
+    index = MappedOp("Op", (Slot((1, 2048), BF16), Slot((8,), "INT64")), (Slot((8, 2048), BF16),))
+    assert reuse_distances([norm, index])[1] == (4096, math.inf)
+
+
 def test_a_strided_view_matches_the_latest_output_covering_its_span() -> None:
     """The second half of each head (rotary embedding's negated half) reads part of q."""
     q = op([], [((1, 32, 1, 128), BF16)])

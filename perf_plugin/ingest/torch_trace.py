@@ -37,6 +37,7 @@ from perf_plugin.ingest.aggregate import INPUT_REUSE, KERNEL_TIMES
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
 from perf_plugin.ingest.code_reuse import code_reuse_distances
 from perf_plugin.ingest.input_reuse import reuse_distances
+from perf_plugin.ingest.tensor_lifetimes import release_times
 from perf_plugin.ingest.list_dtypes import READERS_LOOKED_AT, resolve_cat_dtypes
 from perf_plugin.ingest.profile_table import ProfileTable
 from perf_plugin.ingest.trace_attribution import (
@@ -45,7 +46,7 @@ from perf_plugin.ingest.trace_attribution import (
     is_communication_op,
 )
 from perf_plugin.ingest.trace_events import read_chrome_trace, read_profiler
-from perf_plugin.trace.events import TraceData
+from perf_plugin.trace.events import MemoryEvent, TraceData, TraceOp
 from perf_plugin.trace.mapped import MappedOp
 
 KIND_TORCH_TRACE = "torch_trace"
@@ -88,7 +89,7 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
     )
     communication: Counter[str] = Counter(attribution.communication)
     records: list[dict[str, Any]] = []
-    launched: list[tuple[int, dict[str, Any], MappedOp]] = []  # device samples: launch time, record, row
+    launched: list[tuple[TraceOp, dict[str, Any], MappedOp]] = []  # device samples: operator, record, row
     following = _following_on_thread(attribution.samples)
     for sample in attribution.samples:
         summary.operators += 1
@@ -116,10 +117,10 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
         if attribution.device_trace:
             record[KERNEL_TIMES] = sample.kernel_ns
             record[LAUNCHED_IDLE] = float("nan") if sample.launched_idle is None else float(sample.launched_idle)
-            launched.append((op.start_ns, record, mapped))
+            launched.append((op, record, mapped))
         records.append(record)
     summary.samples = len(records)
-    _record_reuse(launched)
+    _record_reuse(launched, trace.memory)
     table = ProfileTable(
         frame=_sample_frame(records, attribution.device_trace),
         counters=[LAUNCHED_IDLE, CODE_REUSE] if attribution.device_trace else [],
@@ -131,11 +132,15 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
     return table, summary
 
 
-def _record_reuse(launched: list[tuple[int, dict[str, Any], MappedOp]]) -> None:
+def _record_reuse(launched: list[tuple[TraceOp, dict[str, Any], MappedOp]], memory: list[MemoryEvent]) -> None:
     """Each device sample's inputs' reuse distances and its code's, over the samples in launch
-    order (a sample's kernels are those of its ``KERNEL_TIMES``, in the order they first ran)."""
-    launched.sort(key=lambda item: item[0])
-    distances = reuse_distances([mapped for _, _, mapped in launched])
+    order (a sample's kernels are those of its ``KERNEL_TIMES``, in the order they first ran);
+    the allocator's events, where the profile has them, rule out released producers."""
+    launched.sort(key=lambda item: item[0].start_ns)
+    released = release_times([(op, mapped) for op, _, mapped in launched], memory) if memory else None
+    distances = reuse_distances(
+        [mapped for _, _, mapped in launched], [op.start_ns for op, _, _ in launched], released
+    )
     code = code_reuse_distances([list(record[KERNEL_TIMES]) for _, record, _ in launched])
     for (_, record, _), per_slot, code_distance in zip(launched, distances, code):
         record[INPUT_REUSE] = per_slot

@@ -7,7 +7,10 @@
 * runtime launches (``cat: cuda_runtime`` / ``cuda_driver``: ``cudaLaunchKernel``...) on the
   CPU thread, carrying the CUPTI ``correlation`` id;
 * device activities (``cat: kernel``, ``gpu_memcpy``, ``gpu_memset``) carrying the same
-  ``correlation`` id, and the ``External id`` of the operator that was running at launch.
+  ``correlation`` id, and the ``External id`` of the operator that was running at launch;
+* with ``profile_memory=True``, the allocators' events (``[memory]`` instant events: address,
+  size, device type), read from trace files only: a live profiler's events do not carry the
+  address.
 
 ``export_chrome_trace`` writes them as JSON (``ts``/``dur`` in microseconds with nanosecond
 decimals); a live ``profile`` object holds them as ``_KinetoEvent`` objects.  Both become
@@ -21,12 +24,13 @@ from typing import Any
 
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.ingest.json_file import load_json_file
-from perf_plugin.trace.events import DeviceActivity, Launch, TraceData, TraceOp
+from perf_plugin.trace.events import DeviceActivity, Launch, MemoryEvent, TraceData, TraceOp
 
 CPU_OP_CATEGORIES = frozenset({"cpu_op", "operator"})
 LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "runtime", "privateuse1_runtime"})
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 FLOW_CATEGORIES = frozenset({"ac2g"})
+MEMORY_EVENT_NAME = "[memory]"
 
 
 def _ns(microseconds: Any) -> int:
@@ -54,6 +58,7 @@ def read_chrome_trace(path: str | Path) -> TraceData:
     launches: list[Launch] = []
     flow_ends: dict[tuple[Any, Any, int], int] = {}
     pending: list[tuple[dict[str, Any], str]] = []
+    memory: list[MemoryEvent] = []
     has_shapes = bool(document.get("record_shapes")) if isinstance(document, dict) else False
     for event in events:
         if not isinstance(event, dict):
@@ -64,6 +69,9 @@ def read_chrome_trace(path: str | Path) -> TraceData:
             flow_id = _int_or_none(event.get("id"))
             if flow_id is not None and "ts" in event:
                 flow_ends[(event.get("pid"), event.get("tid"), _ns(event["ts"]))] = flow_id
+            continue
+        if phase == "i" and event.get("name") == MEMORY_EVENT_NAME:
+            memory.extend(_memory_event(event))
             continue
         if phase != "X" or "ts" not in event:
             continue
@@ -87,7 +95,17 @@ def read_chrome_trace(path: str | Path) -> TraceData:
         elif category in DEVICE_CATEGORIES:
             pending.append((event, category))
     activities = [_device_activity(event, category, flow_ends) for event, category in pending]
-    return TraceData(ops, launches, activities, _device_name(document), path, has_shapes)
+    return TraceData(ops, launches, activities, _device_name(document), path, has_shapes, memory)
+
+
+def _memory_event(event: dict[str, Any]) -> list[MemoryEvent]:
+    """The event as a MemoryEvent, or nothing where a field is missing or malformed."""
+    args = event.get("args") or {}
+    address, size = _int_or_none(args.get("Addr")), _int_or_none(args.get("Bytes"))
+    if address is None or not size or "ts" not in event:
+        return []
+    thread = (_int_or_none(event.get("pid")) or 0, _int_or_none(event.get("tid")) or 0)
+    return [MemoryEvent(thread, _ns(event["ts"]), address, size, _int_or_none(args.get("Device Type")) or 0)]
 
 
 def _trace_op(event: dict[str, Any], args: dict[str, Any], thread: tuple[int, int], start: int, duration: int) -> TraceOp:

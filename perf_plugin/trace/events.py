@@ -63,6 +63,18 @@ class DeviceActivity:
     external_id: int | None
 
 
+@dataclass(frozen=True)
+class MemoryEvent:
+    """An allocation (``size`` > 0) or release (``size`` < 0) of a block by an allocator, as a
+    profile taken with ``profile_memory=True`` records it (``[memory]`` instant events)."""
+
+    thread: tuple[int, int]
+    time_ns: int
+    address: int
+    size: int
+    device_type: int  # the profiler's device type: 0 the CPU, 1 CUDA
+
+
 @dataclass
 class TraceData:
     ops: list[TraceOp]
@@ -71,3 +83,4 @@ class TraceData:
     device_name: str | None = None
     source: Path | None = None
     has_shapes: bool = False
+    memory: list[MemoryEvent] = field(default_factory=list)  # empty unless profiled with profile_memory

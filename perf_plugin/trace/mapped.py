@@ -19,7 +19,9 @@ from perf_plugin.trace.events import TraceOp
 
 @dataclass(frozen=True)
 class Slot:
-    shape: Shape | None  # None: an empty slot (a scalar, or an absent optional input)
+    # None: an empty slot (a host scalar, or an absent optional input); (): a 0-d tensor on the
+    # device.  Both write an empty shape cell.
+    shape: Shape | None
     dtype: str
 
 

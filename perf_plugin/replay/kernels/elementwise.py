@@ -151,8 +151,9 @@ def _trace_binary(kernel_type: str, scalar_kernel_type: str | None = None, true_
             out = (Slot(a.shape, dtype),)
             if op.types[1] != "Scalar" and operand not in WRAPPED_NUMBER_DTYPES:
                 # a 0-d tensor on the device: it keeps its own dtype (the kernel reads and casts it,
-                # a float32 scale divided into a bf16 tensor is not a bf16 scalar), never a host scalar
-                return MappedOp(kernel_type, (Slot(a.shape, a.dtype), Slot(None, operand)), out)
+                # a float32 scale divided into a bf16 tensor is not a bf16 scalar), never a host scalar;
+                # its slot is 0-d rather than empty, so the reuse inference finds the kernel that wrote it
+                return MappedOp(kernel_type, (Slot(a.shape, a.dtype), Slot((), operand)), out)
             if scalar_kernel_type is not None:
                 return MappedOp(scalar_kernel_type, (Slot(a.shape, a.dtype),), out)
             return MappedOp(kernel_type, (Slot(a.shape, a.dtype), Slot(None, dtype)), out)
