@@ -22,11 +22,14 @@ events, an output released before the consumer started is no candidate
   embedding negates) matches the latest output whose elements cover the view's span: it reads
   part of a larger tensor.
 
-The distance is the bytes the device moved between that output's write and this read: every
-operator's inputs and outputs in between, the producer's output itself, and half of the
-producer's inputs (an output element is written on average halfway through its producer, whose
-later reads compete for the cache).  An input no
-earlier operator produced (a model's parameter, data from before the profile) has no distance.
+The distance is the bytes the device moved between the tensor's last use and this read, as a
+cache that evicts the least recently used lines sees it: every operator's inputs and outputs in
+between, and half of those of the operator that last used it, its producer or an earlier reader
+(an element is written or read on average halfway through an operator, whose other traffic
+competes for the cache).  A norm's float32 copy of the activations, read by ``pow`` and then
+scaled, is as far as the traffic after ``pow``, not after its write.  A read counts only where
+no other live tensor could have been the one read.  An input no earlier
+operator produced (a model's parameter, data from before the profile) has no distance.
 
 Where the inference guesses wrong: without the allocator's events, a shape many tensors share (a
 decode step's residual stream, ``[1,1,hidden]``) can pair an input with another writer of that
@@ -85,6 +88,10 @@ class _Outputs:
         self.by_count: dict[tuple[str, int], list[_Written]] = {}
         self.recent: deque[_Written] = deque(maxlen=_KEPT_FOR_VIEWS)
         self.serial = 0
+        self.read_at: dict[int, float] = {}  # serial -> bytes moved when a kernel last read it
+
+    def last_access(self, written: _Written) -> float:
+        return self.read_at.get(written.serial, written.moved_at_write)
 
     def add(self, slot: Slot, moved_at_write: float, producer: int, released_ns: int | None, now: int | None) -> None:
         assert slot.shape is not None
@@ -135,11 +142,18 @@ def reuse_distances(
         out_shape = _broadcast_target(op)
         strides = list(op.strides) + [None] * (len(op.inputs) - len(op.strides))
         per_slot = []
+        read_now: list[_Written] = []
         for slot, view in zip(op.inputs, strides):
-            chosen = _producer(slot, view, out_shape, outputs, used, now)
-            per_slot.append(math.inf if chosen is None else moved - chosen.moved_at_write)
+            chosen, sole = _producer(slot, view, out_shape, outputs, used, now)
+            per_slot.append(math.inf if chosen is None else moved - outputs.last_access(chosen))
+            read_now += [chosen] if chosen is not None and sole else []
         distances.append(tuple(per_slot))
         read = sum(slot_bytes(slot) for slot in op.inputs)
+        # read halfway through this operator, as its outputs are written; only a read whose tensor
+        # no other could be counts, since a wrong pairing refreshed by every read would keep a
+        # tensor long evicted (a layer's key cache read as its value cache) in the cache
+        for written in read_now:
+            outputs.read_at[written.serial] = moved + read / 2
         ends = released[index] if released is not None else ()
         for position, slot in enumerate(op.outputs):
             if slot.shape is not None:
@@ -151,22 +165,25 @@ def reuse_distances(
 
 def _producer(
     slot: Slot, strides: Shape | None, out_shape: Shape | None, outputs: _Outputs, used: set[int], now: int | None
-) -> _Written | None:
-    """The newest unused candidate; of its producer's outputs, one of the slot's shape first."""
+) -> tuple[_Written | None, bool]:
+    """The newest unused candidate (of its producer's outputs, one of the slot's shape first), and
+    whether it was the only operator whose outputs could be this input."""
     if slot.shape is None:
-        return None
+        return None, False
     shape = tuple(slot.shape)
+    candidates = outputs.candidates(normalise_dtype(slot.dtype), shape, strides, out_shape, now)
     chosen: _Written | None = None
-    for candidate in outputs.candidates(normalise_dtype(slot.dtype), shape, strides, out_shape, now):
+    for candidate in candidates:
         if candidate.serial in used:
             continue
         if chosen is not None and candidate.producer != chosen.producer:
             break
         if chosen is None or candidate.shape == shape:
             chosen = candidate
-    if chosen is not None:
-        used.add(chosen.serial)
-    return chosen
+    if chosen is None:
+        return None, False
+    used.add(chosen.serial)
+    return chosen, len({candidate.producer for candidate in candidates}) == 1
 
 
 def _broadcast_target(op: MappedOp) -> Shape | None:
