@@ -88,3 +88,30 @@ def test_a_trace_without_memory_events_has_none(tmp_path: Path) -> None:
 def test_nothing_inferred_for_an_empty_profile() -> None:
     assert release_times([], []) == [] and reuse_distances([]) == []
     assert math.isinf(reuse_distances([mapped([(4,)], [(4,)])])[0][0])
+
+
+def _reuse_cells(memory: bool) -> dict[str, str]:
+    from perf_plugin.ingest.aggregate import aggregate
+    from perf_plugin.ingest.torch_trace import trace_samples
+
+    trace = read_chrome_trace(FIXTURE)
+    if not memory:
+        trace.memory = []
+    table, _ = trace_samples(trace)
+    return {row.kernel_type: row.input_reuse for row in aggregate(table.frame, table.counters)}
+
+
+def test_the_residual_add_reads_the_residual_not_a_released_temporary() -> None:
+    """The real trace of three quantized layers: the add's second input is the previous layer's
+    sum (written before the norm, the scale, the division, the GEMM and the rescale); read
+    without the allocator's events, the newest temporary of its shape stood in for it."""
+    with_lifetimes, without = _reuse_cells(memory=True), _reuse_cells(memory=False)
+    residual = float(with_lifetimes["Add"].split(";")[1])
+    assert residual > 128 * 1024  # the layer's traffic, its 256x256 bf16 weight included
+    assert float(without["Add"].split(";")[1]) < residual
+
+
+def test_the_division_reads_the_scale_the_previous_kernel_wrote() -> None:
+    """``x / scale`` with a 0-d float32 scale on the device: its writer (``clamp``) ran just
+    before, so the scale is in the cache, not read from memory."""
+    assert _reuse_cells(memory=True)["RealDiv"].split(";")[1] == "6"
