@@ -10,11 +10,11 @@ state per input (``perf_plugin.replay.cache_modes``) if the row says which.
 The profiler records no tensor identities, so the producer of an input is inferred from the
 sequence of operators in device order: the latest earlier operator with an output of the same
 dtype and element count (a reshaped view keeps the count; of one producer's outputs, one of the
-same shape first), each output feeding at most one slot of a consumer.  Where the profile holds the allocator's
-events, an output released before the consumer started is no candidate
+same shape first), each output feeding at most one slot of a consumer.  Where the profile holds
+the allocator's events, an output released before the consumer started is no candidate
 (``perf_plugin.ingest.tensor_lifetimes``).  Two kinds of input match more narrowly or widely:
 
-* an operand broadcast against the operator's output (a norm's weight of shape ``[4096]`` times
+* an operand broadcast against an element-wise operator's output (a norm's weight of shape ``[4096]`` times
   activations of ``[1,1,4096]``, a rotary ``cos`` of ``[1,1,1,128]``) matches only an output of
   its very shape: such operands are a model's parameters or tables built once, and the element
   count alone would pair a weight with the activation beside it;
@@ -24,21 +24,20 @@ events, an output released before the consumer started is no candidate
 
 The distance is the bytes the device moved between the tensor's last use and this read, as a
 cache that evicts the least recently used lines sees it: every operator's inputs and outputs in
-between, and half of those of the operator that last used it, its producer or an earlier reader
-(an element is written or read on average halfway through an operator, whose other traffic
-competes for the cache).  A norm's float32 copy of the activations, read by ``pow`` and then
+between, and of the operator that last used it (its producer, or an earlier reader) its outputs
+and half of its inputs (an element is written or read on average halfway through an operator,
+whose later reads compete for the cache).  A norm's float32 copy of the activations, read by ``pow`` and then
 scaled, is as far as the traffic after ``pow``, not after its write.  A read counts only where
-no other live tensor could have been the one read.  An input no earlier
-operator produced (a model's parameter, data from before the profile) has no distance.
+no other live tensor could have been the one read.  An input no earlier operator produced (a
+model's parameter, data from before the profile) has no distance.
 
-Where the inference guesses wrong: without the allocator's events, a shape many tensors share (a
-decode step's residual stream, ``[1,1,hidden]``) can pair an input with another writer of that
-shape than its own, a temporary long released; a broadcast
-operand built under another shape and then reshaped (a routing weight of ``[8]`` read as
-``[8,1]``) finds no writer and counts as read from memory.  On three decoder models profiled on
-an H100, replays that follow the distances put 86-96 % of the kernel time within 10 % of the
-in-model durations over two profiling runs (``benchmarks/model_coverage.py``; README, "Coverage
-of real profiles").
+Where the inference guesses wrong: without the allocator's events, a shape many tensors share
+(a decode step's residual stream, ``[1,1,hidden]``) can pair an input with another writer of
+that shape than its own, a temporary long released; a broadcast operand built under another
+shape and then reshaped (a routing weight of ``[8]`` read as ``[8,1]``) finds no writer and
+counts as read from memory.  On three decoder models profiled on an H100 with the allocator's
+events, replays that follow the distances put 92.0-97.5 % of the kernel time within 10 % of the
+in-model durations (``benchmarks/model_coverage.py``; README, "Coverage of real profiles").
 
 A row's cell (``Profiling Input Reuse Distance(B)``) holds, per input slot, the median over the
 row's calls, ``-`` where most calls had no producer; the replay compares it with its device's

@@ -9,8 +9,7 @@
 * device activities (``cat: kernel``, ``gpu_memcpy``, ``gpu_memset``) carrying the same
   ``correlation`` id, and the ``External id`` of the operator that was running at launch;
 * with ``profile_memory=True``, the allocators' events (``[memory]`` instant events: address,
-  size, device type), read from trace files only: a live profiler's events do not carry the
-  address.
+  size, device type), read from trace files only (``read_profiler`` leaves them out).
 
 ``export_chrome_trace`` writes them as JSON (``ts``/``dur`` in microseconds with nanosecond
 decimals); a live ``profile`` object holds them as ``_KinetoEvent`` objects.  Both become
