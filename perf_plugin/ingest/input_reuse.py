@@ -14,10 +14,10 @@ same shape first), each output feeding at most one slot of a consumer.  Where th
 the allocator's events, an output released before the consumer started is no candidate
 (``perf_plugin.ingest.tensor_lifetimes``).  Two kinds of input match more narrowly or widely:
 
-* an operand broadcast against an element-wise operator's output (a norm's weight of shape ``[4096]`` times
-  activations of ``[1,1,4096]``, a rotary ``cos`` of ``[1,1,1,128]``) matches only an output of
-  its very shape: such operands are a model's parameters or tables built once, and the element
-  count alone would pair a weight with the activation beside it;
+* an operand broadcast against an element-wise operator's output (a norm's weight of shape
+  ``[4096]`` times activations of ``[1,1,4096]``, a rotary ``cos`` of ``[1,1,1,128]``) matches
+  only an output of its very shape: such operands are a model's parameters or tables built
+  once, and the element count alone would pair a weight with the activation beside it;
 * a strided view (a recorded non-contiguous layout, such as the half of a head that rotary
   embedding negates) matches the latest output whose elements cover the view's span: it reads
   part of a larger tensor.
@@ -26,9 +26,9 @@ The distance is the bytes the device moved between the tensor's last use and thi
 cache that evicts the least recently used lines sees it: every operator's inputs and outputs in
 between, and of the operator that last used it (its producer, or an earlier reader) its outputs
 and half of its inputs (an element is written or read on average halfway through an operator,
-whose later reads compete for the cache).  A norm's float32 copy of the activations, read by ``pow`` and then
-scaled, is as far as the traffic after ``pow``, not after its write.  A read counts only where
-no other live tensor could have been the one read.  An input no earlier operator produced (a
+whose later reads compete for the cache).  A norm's float32 copy of the activations, read by
+``pow`` and then scaled, is as far as the traffic after ``pow``, not after its write.  A read
+counts only where no other live tensor could have been the one read.  An input no earlier operator produced (a
 model's parameter, data from before the profile) has no distance.
 
 Where the inference guesses wrong: without the allocator's events, a shape many tensors share
@@ -128,8 +128,8 @@ def reuse_distances(
     starts: Sequence[int] | None = None,
     released: Sequence[tuple[int | None, ...]] | None = None,
 ) -> list[tuple[float, ...]]:
-    """Per operator (in device order), per input slot, the bytes moved since its producer wrote
-    it (``math.inf``: no earlier operator produced it).  ``starts`` (each operator's start) and
+    """Per operator (in device order), per input slot, the bytes moved since the input was last
+    used (``math.inf``: no earlier operator produced it).  ``starts`` (each operator's start) and
     ``released`` (per operator, when each output's block was released: ``tensor_lifetimes``)
     rule out outputs released before a consumer started."""
     outputs = _Outputs()
