@@ -75,7 +75,6 @@ def release_times(ops: Sequence[tuple[TraceOp, MappedOp]], memory: Sequence[Memo
     end of the profile; either way it may be read by any later operator)."""
     blocks = _blocks(memory)
     starts = [block.allocated_ns for block in blocks]
-    claimed: set[int] = set()
     result: list[tuple[int | None, ...]] = []
     for op, mapped in ops:
         first, last = bisect.bisect_left(starts, op.start_ns), bisect.bisect_right(starts, op.end_ns)
@@ -83,11 +82,11 @@ def release_times(ops: Sequence[tuple[TraceOp, MappedOp]], memory: Sequence[Memo
         per_slot: list[int | None] = []
         for slot in mapped.outputs:
             wanted = slot_bytes(slot)
-            index = next((i for i in kept if i not in claimed and wanted and _fits(blocks[i], wanted)), None)
+            index = next((i for i in kept if wanted and _fits(blocks[i], wanted)), None)
             if index is None:
                 per_slot.append(None)
                 continue
-            claimed.add(index)
+            kept.remove(index)  # a block is one output
             per_slot.append(blocks[index].released_ns)
         result.append(tuple(per_slot))
     return result
