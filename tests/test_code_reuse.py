@@ -1,5 +1,5 @@
-"""Code reuse distances of traced operators: distinct kernels since their kernels last ran,
-ingest writing them, and the replay keeping a row's code cached from them."""
+"""Code reuse distances of traced operators: distinct kernels, and bytes moved, since their
+kernels last ran; ingest writing them; and the replay leaving a row's code where they say."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.schema import CODE_REUSE_CAP, PROFILING_COUNT
-from perf_plugin.ingest.code_reuse import code_reuse_distances
+from perf_plugin.database.schema import CODE_REUSE_CAP, PROFILING_CODE_REUSE, PROFILING_COUNT, PROFILING_INPUT_REUSE
+from perf_plugin.ingest.code_reuse import code_reuse_bytes, code_reuse_distances
 from perf_plugin.ingest.pipeline import ingest_path
-from perf_plugin.replay.code_eviction import CODE_CACHED_KERNELS, CODE_REUSE_COLUMN, code_cached
+from perf_plugin.replay.code_eviction import CODE_CACHED_KERNELS, CODE_REUSE_COLUMN, CodeCache, code_cache_state
+from perf_plugin.trace.mapped import MappedOp, Slot
 from perf_plugin.replay.tensors import KernelRow, kernel_row_from_cells
 from perf_plugin.results import CaseRef
 from perf_plugin.run.cases import STATUS_READY, Case
@@ -75,23 +76,72 @@ def test_ingest_of_a_real_cuda_trace_writes_the_average_per_row(tmp_path: Path) 
     assert all(0.0 <= float(cell) <= CAP for cell in cells if cell)
 
 
+def test_ingest_writes_the_bytes_moved_since_a_kernels_previous_call(tmp_path: Path) -> None:
+    """The H100 trace of three identical quantized residual layers: each kernel runs once a layer,
+    so the bytes moved since its previous call began are one layer's traffic, whichever kernel."""
+    ingest_path(FIXTURES / "cuda" / "quantize_residual_trace.json", tmp_path)
+    per_layer = {}
+    for name in ("Abs", "Add", "MatMulV2", "RmsNorm", "aten.amax"):
+        with (tmp_path / f"{name}.csv").open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            header = list(reader.fieldnames or [])
+            (cells,) = list(reader)
+        assert header.index(PROFILING_CODE_REUSE) == header.index(PROFILING_INPUT_REUSE) + 1
+        assert cells[PROFILING_COUNT] == "3"  # the first call has no distance; the median is the other two's
+        per_layer[name] = int(cells[PROFILING_CODE_REUSE])
+    assert len(set(per_layer.values())) == 1, per_layer
+    assert 130_000 < per_layer["Abs"] < 150_000  # a 256x256 bf16 weight and a few activations
+
+
 def test_a_cpu_trace_has_no_code_reuse_column(tmp_path: Path) -> None:
     ingest_path(FIXTURES / "cpu" / "indexing_trace.json", tmp_path)
     for path in tmp_path.glob("*.csv"):
         assert CODE_REUSE_COLUMN not in path.read_text().splitlines()[0]
+        assert PROFILING_CODE_REUSE not in path.read_text().splitlines()[0]
 
 
-def _row(cell: str) -> KernelRow:
+def _row(cell: str, moved: str = "") -> KernelRow:
     cells = {"Input Shapes": '"1,8,1,128;1,1,1,128"', "Input Data Types": "FLOAT;FLOAT", "Input Formats": "ND;ND",
              "Output Shapes": '"1,8,1,128"', "Output Data Types": "FLOAT", "Output Formats": "ND",
-             CODE_REUSE_COLUMN: cell}
+             CODE_REUSE_COLUMN: cell, PROFILING_CODE_REUSE: moved}
     return kernel_row_from_cells("Mul", cells)
 
 
 @pytest.mark.parametrize(("cell", "cached"), [("", False), ("2.5", True), (str(CODE_CACHED_KERNELS), True),
                                               ("6.5", False), ("64", False)])
 def test_a_row_keeps_its_code_cached_when_its_model_ran_few_kernels_in_between(cell: str, cached: bool) -> None:
-    assert code_cached(_row(cell)) is cached
+    assert (code_cache_state(_row(cell), 4096) is CodeCache.INSTRUCTION) is cached
+
+
+@pytest.mark.parametrize(("cell", "moved", "state"), [
+    ("30", "2047", CodeCache.LAST_LEVEL),  # under half the cache moved since the previous call
+    ("30", "2048", CodeCache.MEMORY),
+    ("30", "-", CodeCache.MEMORY),  # no earlier call in the profile
+    ("30", "", CodeCache.MEMORY),  # no evidence
+    ("", "100", CodeCache.LAST_LEVEL),  # a first launch among the kernels: the bytes still say
+    ("2", "1000000", CodeCache.INSTRUCTION),  # few kernels in between: the instruction caches held it
+])
+def test_a_row_finds_its_code_in_the_last_level_cache_when_little_data_moved_in_between(
+        cell: str, moved: str, state: CodeCache) -> None:
+    assert code_cache_state(_row(cell, moved), 4096) is state
+
+
+def _op(numel: int) -> MappedOp:
+    return MappedOp("Add", inputs=(Slot((numel,), "float32"),), outputs=(Slot((numel,), "bfloat16"),))
+
+
+def test_a_call_counts_the_bytes_moved_since_its_kernels_previous_call_began() -> None:
+    calls = [["a"], ["b"], ["c"], ["a"], ["c", "b"], ["d"]]
+    ops = [_op(n) for n in (1, 10, 100, 1000, 10000, 1)]  # 6 bytes per element: 4 read, 2 written
+    found = code_reuse_bytes(calls, ops)
+    inf = math.inf  # a kernel's first launch in the profile
+    # a: itself, b and c since it began (666 B); c, b: c and a (6600 B), b, c and a (6660 B), the farthest
+    assert found == [inf, inf, inf, 666.0, 6660.0, inf]
+
+
+def test_a_call_with_a_kernel_new_to_the_profile_or_none_has_no_byte_distance() -> None:
+    found = code_reuse_bytes([["a"], ["a", "e"], []], [_op(1), _op(1), _op(1)])
+    assert found == [math.inf, math.inf, math.inf]
 
 
 def _before_repeat_of(row: KernelRow, mode: str) -> object:
@@ -115,6 +165,30 @@ def test_the_runner_evicts_code_only_for_rows_whose_model_found_it_evicted(mode:
     assert on_code_shape[0] == 0 and on_code_shape[1] >= 42
 
 
+def _profiled_steps(before_repeat: object) -> list[tuple[str, list[list[int]]]]:
+    assert callable(before_repeat)
+    with torch.autograd.profiler.profile(record_shapes=True) as prof:
+        before_repeat()
+    return [(event.name, event.input_shapes) for event in prof.function_events]
+
+
+def test_code_in_the_last_level_cache_is_fetched_after_the_data_eviction_and_before_the_code_eviction() -> None:
+    """The step before each repeat: evict the data, run the kernel on other inputs (its code
+    comes back into the last-level cache), evict the instruction caches, rewrite the inputs."""
+    buffer_words = [2 * 4096 // 4]  # the eviction reads twice the cache as 32-bit words
+    steps = _profiled_steps(_before_repeat_of(_row("30", "100"), "produced"))
+    code_shape = list(SmallCacheCpu.code_eviction_shape)
+    eviction = next(i for i, (_, shapes) in enumerate(steps) if shapes[:1] == [buffer_words])
+    fetch = next(i for i, (name, shapes) in enumerate(steps) if name == "aten::mul" and shapes[:1] == [[1, 8, 1, 128]])
+    on_code_shape = [i for i, (_, shapes) in enumerate(steps) if shapes[:1] == [code_shape]]
+    assert eviction < fetch < min(on_code_shape) and len(on_code_shape) >= 42
+    # evicted to memory: no call of the kernel, the code eviction first
+    steps = _profiled_steps(_before_repeat_of(_row("30", "4000"), "produced"))
+    assert not any(name == "aten::mul" for name, _ in steps)
+    assert min(i for i, (_, shapes) in enumerate(steps) if shapes[:1] == [code_shape]) < min(
+        i for i, (_, shapes) in enumerate(steps) if shapes[:1] == [buffer_words])
+
+
 def test_a_bad_code_reuse_cell_fails_the_case_naming_file_row_and_column() -> None:
     with pytest.raises(CaseFailure) as failure:
         _before_repeat_of(_row("often"), "produced")
@@ -123,8 +197,11 @@ def test_a_bad_code_reuse_cell_fails_the_case_naming_file_row_and_column() -> No
 
 def test_a_bad_cell_read_directly_is_a_database_error_naming_the_column() -> None:
     with pytest.raises(DatabaseError) as error:
-        code_cached(_row("often"))
+        code_cache_state(_row("often"), 4096)
     assert error.value.column == CODE_REUSE_COLUMN
+    with pytest.raises(DatabaseError) as error:
+        code_cache_state(_row("30", "far"), 4096)
+    assert error.value.column == PROFILING_CODE_REUSE
 
 
 def test_a_bad_code_reuse_cell_fails_no_case_timed_warm() -> None:

@@ -52,6 +52,7 @@ from perf_plugin.database.schema import (
     DETAIL_COLUMNS,
     IDENTITY_COLUMNS,
     PROFILING_AVERAGE,
+    PROFILING_CODE_REUSE,
     PROFILING_COUNT,
     PROFILING_INPUT_REUSE,
     PROFILING_KERNELS,
@@ -68,6 +69,8 @@ DIGITS = 6
 KERNEL_TIMES = "_kernel_ns"
 # Frame column of a trace sample's reuse distance per input slot (a tuple; traces with device kernels).
 INPUT_REUSE = "_input_reuse"
+# Frame column of a trace sample's code reuse distance in bytes (a float; traces with device kernels).
+CODE_REUSE_BYTES = "_code_reuse_bytes"
 GROUP_KEY: tuple[str, ...] = (
     col.TYPE,
     "Input Shapes",
@@ -92,6 +95,7 @@ class AggregatedRow:
     counters: Mapping[str, float | None] = field(default_factory=dict)
     kernels: str = ""  # the Profiling Kernels cell ("" when the samples recorded none)
     input_reuse: str = ""  # the Profiling Input Reuse Distance(B) cell ("" when not known)
+    code_reuse: str = ""  # the Profiling Code Reuse Distance(B) cell ("" when not known)
     # Columns added at the end from beside the profile (the FIA bundle check's ``Runtime ...``
     # cells, ``perf_plugin.ingest.fia_bundle``); not part of the identity or the statistics.
     runtime: Mapping[str, str] = field(default_factory=dict)
@@ -110,6 +114,8 @@ class AggregatedRow:
             values[PROFILING_KERNELS] = self.kernels
         if self.input_reuse:
             values[PROFILING_INPUT_REUSE] = self.input_reuse
+        if self.code_reuse:
+            values[PROFILING_CODE_REUSE] = self.code_reuse
         return values
 
 
@@ -145,6 +151,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     stds = stats["std"].to_numpy(dtype=float)
     kernel_cells = stats["kernels"].tolist() if "kernels" in stats.columns else [""] * len(stats)
     reuse_cells = stats["reuse"].tolist() if "reuse" in stats.columns else [""] * len(stats)
+    code_cells = stats["code_reuse"].tolist() if "code_reuse" in stats.columns else [""] * len(stats)
     for i, key in enumerate(stats.index):
         cells = dict(zip(group_key, (_text(v) for v in key)))
         kernel_type = cells.pop(col.TYPE)
@@ -166,6 +173,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
                 },
                 kernels=str(kernel_cells[i]),
                 input_reuse=str(reuse_cells[i]),
+                code_reuse=str(code_cells[i]),
             )
         )
     # One CSV per kernel type: keep each type's rows together, types in order of first appearance.
@@ -191,6 +199,8 @@ def _group_statistics(groups: Any, with_kernels: bool, with_reuse: bool) -> pd.D
         stats["kernels"] = groups[KERNEL_TIMES].agg(_mean_kernel_times)
     if with_reuse:
         stats["reuse"] = groups[INPUT_REUSE].agg(lambda samples: reuse_cell(list(samples)))
+        # the code's distance is a cell of one slot, with the same median and ``-``
+        stats["code_reuse"] = groups[CODE_REUSE_BYTES].agg(lambda samples: reuse_cell([(d,) for d in samples]))
     return stats
 
 

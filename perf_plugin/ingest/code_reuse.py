@@ -15,6 +15,17 @@ profile (what ran before the profile is unknown).  A row's ``Profiling Average C
 Distance(kernels)`` is the mean over its calls that have one, so a kernel's first launch in the
 profile does not weigh on the row.
 
+Where the instruction caches lost a kernel's code, the last-level cache may still hold it: code
+is fetched through it like data, and stays there until the kernels in between have moved about
+as many bytes as it holds.  On an H100 the FP8 model's per-token division (``RealDiv`` of a
+``[1,4096]`` bf16 by a 0-d float32) took 3.42-3.58 us in the model where under 17 MB had moved
+since its previous call and 3.94-4.16 us after a 58 MB weight had streamed through; a replay that
+evicts only the instruction caches, 3.68-3.71 us, and every cache, 4.40-4.45 us
+(``reproduce/wip/code_l2_effect.py``).  Per call, ``code_reuse_bytes`` gives the bytes moved
+since the previous call of its kernels began (the inputs and outputs of that call and of those in
+between, as ``input_reuse`` counts them); a row's ``Profiling Code Reuse Distance(B)`` is their
+median, ``-`` where most calls had no earlier one in the profile.
+
 Counting distinct names between two positions of a long kernel sequence is a range query: a name
 counts when its latest launch lies inside the range, so a Fenwick tree over launch positions,
 holding a 1 at each name's latest launch, answers it in logarithmic time.
@@ -26,6 +37,8 @@ import math
 from collections.abc import Sequence
 
 from perf_plugin.database.schema import CODE_REUSE_CAP
+from perf_plugin.ingest.input_reuse import slot_bytes
+from perf_plugin.trace.mapped import MappedOp
 
 
 class _LatestLaunches:
@@ -80,4 +93,21 @@ def code_reuse_distances(kernels_per_call: Sequence[Sequence[str]]) -> list[floa
             latest.launch(name, position)
             position += 1
         distances.append(distance)
+    return distances
+
+
+def code_reuse_bytes(kernels_per_call: Sequence[Sequence[str]], ops: Sequence[MappedOp]) -> list[float]:
+    """Per call (in device order: the names of the kernels it launched, and its operator), the
+    bytes moved since its kernels' previous call began, the most over its kernels (``math.inf``
+    for a call with a kernel not run before, or with none).  The previous call's own traffic
+    counts: its code was fetched as it began, and a GEMV's weight streaming through the cache
+    after that evicts the code as surely as another kernel's would."""
+    moved = 0.0
+    moved_at_start: dict[str, float] = {}  # per kernel name, the bytes moved before its latest call
+    distances: list[float] = []
+    for kernels, op in zip(kernels_per_call, ops, strict=True):
+        since = [moved - moved_at_start[name] if name in moved_at_start else math.inf for name in kernels]
+        distances.append(max(since, default=math.inf))
+        moved_at_start.update(dict.fromkeys(kernels, moved))
+        moved += sum(slot_bytes(slot) for slot in (*op.inputs, *op.outputs))
     return distances

@@ -43,6 +43,7 @@ from perf_plugin.database.schema import (
     IDENTITY_COLUMNS,
     INPUT_STRIDES,
     MICROBENCH_AVERAGE,
+    PROFILING_CODE_REUSE,
     PROFILING_COUNT,
     PROFILING_COUNTER_PREFIX,
     PROFILING_DURATION_COLUMNS,
@@ -100,6 +101,7 @@ def new_table_header(rows: Sequence[AggregatedRow]) -> list[str]:
         PROFILING_COUNT,
         *([PROFILING_KERNELS] if _have_kernels(rows) else []),
         *([PROFILING_INPUT_REUSE] if _have_reuse(rows) else []),
+        *([PROFILING_CODE_REUSE] if _have_code_reuse(rows) else []),
         *_details_of(rows),
         *_runtime_of(rows),
     ]
@@ -111,6 +113,10 @@ def _have_kernels(rows: Sequence[AggregatedRow]) -> bool:
 
 def _have_reuse(rows: Sequence[AggregatedRow]) -> bool:
     return any(row.input_reuse for row in rows)
+
+
+def _have_code_reuse(rows: Sequence[AggregatedRow]) -> bool:
+    return any(row.code_reuse for row in rows)
 
 
 def _details_of(rows: Sequence[AggregatedRow]) -> list[str]:
@@ -163,6 +169,9 @@ def _ensure_profiling_columns(table: CsvTable, rows: Sequence[AggregatedRow]) ->
     if _have_reuse(rows) and not table.has_column(PROFILING_INPUT_REUSE):
         anchor = PROFILING_KERNELS if table.has_column(PROFILING_KERNELS) else PROFILING_COUNT
         table.insert_column(PROFILING_INPUT_REUSE, table.index(anchor) + 1)
+    if _have_code_reuse(rows) and not table.has_column(PROFILING_CODE_REUSE):
+        anchor = next(name for name in (PROFILING_INPUT_REUSE, PROFILING_KERNELS, PROFILING_COUNT) if table.has_column(name))
+        table.insert_column(PROFILING_CODE_REUSE, table.index(anchor) + 1)
 
 
 def _after_identity(table: CsvTable) -> int:

@@ -9,7 +9,8 @@ described by ``aten_mapping``.  Its duration is:
   operator's first kernel was launched onto an idle device (``trace_attribution.idle_launches``),
   each input's reuse distance, the bytes the device moved since it was written
   (``input_reuse``), and the counter ``Code Reuse Distance(kernels)`` how many distinct kernels
-  ran since its kernels last did (``code_reuse``);
+  ran since its kernels last did, and ``Profiling Code Reuse Distance(B)`` how many bytes the
+  device moved in between (``code_reuse``);
 * on a CPU-only trace: the operator's own wall time on the CPU (its ``dur``, which includes the
   operators it called), for operators that do work (views and allocations are left out);
   ``Accelerator Core`` = ``CPU``.
@@ -33,9 +34,9 @@ import pandas as pd
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.schema import CODE_REUSE, DETAIL_COLUMNS, IDENTITY_COLUMNS, LAUNCHED_IDLE
 from perf_plugin.ingest import columns as col
-from perf_plugin.ingest.aggregate import INPUT_REUSE, KERNEL_TIMES
+from perf_plugin.ingest.aggregate import CODE_REUSE_BYTES, INPUT_REUSE, KERNEL_TIMES
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
-from perf_plugin.ingest.code_reuse import code_reuse_distances
+from perf_plugin.ingest.code_reuse import code_reuse_bytes, code_reuse_distances
 from perf_plugin.ingest.input_reuse import reuse_distances
 from perf_plugin.ingest.tensor_lifetimes import release_times
 from perf_plugin.ingest.list_dtypes import READERS_LOOKED_AT, resolve_cat_dtypes
@@ -141,10 +142,13 @@ def _record_reuse(launched: list[tuple[TraceOp, dict[str, Any], MappedOp]], memo
     distances = reuse_distances(
         [mapped for _, _, mapped in launched], [op.start_ns for op, _, _ in launched], released
     )
-    code = code_reuse_distances([list(record[KERNEL_TIMES]) for _, record, _ in launched])
-    for (_, record, _), per_slot, code_distance in zip(launched, distances, code):
+    kernels = [list(record[KERNEL_TIMES]) for _, record, _ in launched]
+    code = code_reuse_distances(kernels)
+    code_bytes = code_reuse_bytes(kernels, [mapped for _, _, mapped in launched])
+    for (_, record, _), per_slot, code_distance, code_moved in zip(launched, distances, code, code_bytes):
         record[INPUT_REUSE] = per_slot
         record[CODE_REUSE] = code_distance
+        record[CODE_REUSE_BYTES] = code_moved
 
 
 def _following_on_thread(samples: list[OpSample]) -> Callable[[OpSample], list[OpSample]]:
@@ -166,7 +170,7 @@ def _sample_frame(records: list[dict[str, Any]], device_trace: bool) -> pd.DataF
     """The samples as ingest's frame: cells as categories (few distinct values, many samples)."""
     columns = [col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS, col.DURATION]
     if device_trace:
-        columns += [KERNEL_TIMES, LAUNCHED_IDLE, CODE_REUSE, INPUT_REUSE]
+        columns += [KERNEL_TIMES, LAUNCHED_IDLE, CODE_REUSE, INPUT_REUSE, CODE_REUSE_BYTES]
     frame = pd.DataFrame.from_records(records, columns=columns)
     for name in (col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS):
         frame[name] = frame[name].astype("category")

@@ -17,8 +17,17 @@ Not every kernel of a model finds its code evicted: rotary embedding runs its ``
 ``cat`` for the queries and, a few kernels later, for the keys.  Ingest records how many distinct
 kernels ran since a row's kernels last did (``Profiling Average Code Reuse Distance(kernels)``,
 ``perf_plugin.ingest.code_reuse``), and a row whose model ran at most ``CODE_CACHED_KERNELS``
-in between keeps its code cached in the replay (``code_cached``).  Without that, the keys'
+in between keeps its code cached in the replay (``code_cache_state``).  Without that, the keys'
 rotary ``mul`` of the H100 Llama model replayed at 1.14-1.16x its in-model duration.
+
+Between the two lies a third state: code gone from the instruction caches but still in the
+last-level cache, fetched through it like data, where the model moved fewer bytes since the
+kernels' previous call than a working set survives in (``Profiling Code Reuse Distance(B)``).
+The FP8 model's per-token division on an H100 took 3.70 us in the model on average, 4.40-4.45 us
+replayed with every cache evicted, and 3.68-3.71 us with a call of the kernel on other inputs
+between the data eviction and the code eviction (``reproduce/wip/code_l2_effect.py``): the call
+leaves the code in the last-level cache and the code eviction takes it out of the instruction
+caches only.
 
 ``code_eviction`` builds the distinct kernels: element-wise functions, reductions, a softmax and
 a scan, each over three floating dtypes, each on a tensor large enough to occupy every compute
@@ -32,10 +41,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.schema import CODE_REUSE, PROFILING_COUNTER_PREFIX
+from perf_plugin.database.reuse_cell import parse_reuse_cell
+from perf_plugin.database.schema import CODE_REUSE, PROFILING_CODE_REUSE, PROFILING_COUNTER_PREFIX
+from perf_plugin.replay.cold_inputs import CACHED_SHARE
 
 if TYPE_CHECKING:
     import torch
@@ -81,10 +93,33 @@ def distinct_kernels(device: "torch.device", shape: tuple[int, int]) -> list[Cal
     return calls
 
 
-def code_cached(row: "KernelRow") -> bool:
-    """Whether the row's profile shows its kernels found their code cached (False without one).
+class CodeCache(Enum):
+    """Where a row's kernels found their code in the profiled model."""
 
-    Raises DatabaseError naming the column when the cell is not a number."""
+    INSTRUCTION = "instruction caches"  # few kernels ran in between
+    LAST_LEVEL = "last-level cache"  # more, but moving little data
+    MEMORY = "memory"  # or no evidence
+
+
+def code_cache_state(row: "KernelRow", cache_bytes: int) -> CodeCache:
+    """Where the row's profile shows its kernels found their code, for a replay on a device with
+    a last-level cache of ``cache_bytes`` (``MEMORY`` where the row has no evidence).
+
+    Raises DatabaseError naming the column of a bad cell."""
+    if _code_cached(row):
+        return CodeCache.INSTRUCTION
+    try:
+        moved = parse_reuse_cell(row.attrs.get(PROFILING_CODE_REUSE, ""))
+    except DatabaseError as exc:
+        raise exc.located(column=PROFILING_CODE_REUSE) from None
+    if moved and moved[0] < cache_bytes * CACHED_SHARE:
+        return CodeCache.LAST_LEVEL
+    return CodeCache.MEMORY
+
+
+def _code_cached(row: "KernelRow") -> bool:
+    """Whether the row's profile shows its kernels found their code in the instruction caches
+    (False without one).  Raises DatabaseError naming the column when the cell is not a number."""
     cell = row.attrs.get(CODE_REUSE_COLUMN, "").strip()
     if not cell:
         return False

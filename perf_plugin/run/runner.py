@@ -29,7 +29,7 @@ from perf_plugin.replay.cache_modes import (
     rotation_plan,
     tensor_bytes,
 )
-from perf_plugin.replay.code_eviction import code_cached, code_eviction, then
+from perf_plugin.replay.code_eviction import CodeCache, code_cache_state, code_eviction, then
 from perf_plugin.replay.cold_inputs import cold_inputs, has_reuse_evidence
 from perf_plugin.replay.registry import get_replay
 from perf_plugin.replay.verify import VerificationError, verify_outputs
@@ -130,34 +130,57 @@ class ReplayRunner:
         return self._evict_code
 
     def _before_repeat(
-        self, args: tuple[Any, ...], mode: str, uncached: tuple[Any, ...] = (), evict_code: bool = True
+        self,
+        args: tuple[Any, ...],
+        mode: str,
+        uncached: tuple[Any, ...] = (),
+        code: CodeCache = CodeCache.MEMORY,
+        fetch_code: Any = None,
     ) -> Any:
         """What runs outside the timed range before every repeat: the flush (cold mode), the
         eviction (idle mode), or the eviction and a rewrite of the inputs ``args`` but the
         ``uncached`` among them (produced mode: a model reads its weights, and inputs written
-        long before, from memory: ``_uncached_inputs``).  In each, unless ``evict_code`` is
-        False (``_code_stays_cached``), the instruction caches are evicted first, as the kernels a
-        model runs in between leave them, and before the data eviction, so that it leaves none
-        of their lines dirty (``code_eviction``)."""
+        long before, from memory: ``_uncached_inputs``).  The kernels' code is left where the
+        row's model found it (``_code_state``, ``code_eviction``): in memory, the instruction
+        caches are evicted first, so that the data eviction leaves none of their lines dirty; in
+        the last-level cache, ``fetch_code`` (the kernel on other inputs) runs after the data
+        eviction and the instruction caches are evicted after it; in the instruction caches,
+        nothing is evicted but the data."""
         if mode not in EVICTING_MODES:
             return None
-        evict_data = self._flush() if mode == "cold" else self._evict()
-        if evict_code:
-            evict_data = then(self._code_eviction(), evict_data)
+        evict = self._flush() if mode == "cold" else self._evict()
+        if code is CodeCache.MEMORY:
+            evict = then(self._code_eviction(), evict)
+        elif code is CodeCache.LAST_LEVEL:
+            evict = then(then(evict, fetch_code), self._code_eviction())
         if mode == "produced":
-            return produce_inputs(evict_data, input_storages(args, exclude=uncached))
-        return evict_data
+            return produce_inputs(evict, input_storages(args, exclude=uncached))
+        return evict
 
-    def _code_stays_cached(self, case: "Case", mode: str) -> bool:
-        """Whether the row's profile shows the model found its kernels' code cached (read only
-        for the modes that would evict it, so a bad cell fails no case timed warm)."""
+    def _code_state(self, case: "Case", mode: str) -> CodeCache:
+        """Where the row's profile shows the model found its kernels' code (read only for the
+        modes that would evict it, so a bad cell fails no case timed warm)."""
         assert case.row is not None
         if mode not in EVICTING_MODES:
-            return True
+            return CodeCache.INSTRUCTION
         try:
-            return code_cached(case.row)
+            return code_cache_state(case.row, self._last_level_cache())
         except DatabaseError as exc:
             raise CaseFailure(exc.located(path=case.ref.csv_file, row=case.ref.row_line).describe()) from None
+
+    def _code_fetch(self, replay: "OpReplay", row: "KernelRow", seed: int, code: CodeCache) -> Any:
+        """For a row whose code the model found in the last-level cache, a call of its kernel on
+        inputs of its own (another seed's), which brings the code there; None for the others."""
+        if code is not CodeCache.LAST_LEVEL:
+            return None
+        try:
+            args = replay.make_inputs(row, self.backend.torch_device(), self.backend.generator(seed + 1))
+        except RuntimeError as exc:
+            if "out of memory" in str(exc).lower():
+                raise CaseSkip("out of device memory for the inputs of the call that fetches the code") from None
+            raise
+        function, call_args = self._launcher(replay, row, args)
+        return _bind(function, call_args)
 
     def _uncached_inputs(self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str) -> tuple[Any, ...]:
         """The inputs ``produced`` leaves out of the cache: the model's parameters, and those the
@@ -263,9 +286,11 @@ class ReplayRunner:
             for _ in range(self.warmup_count):
                 run_once()
             uncached = self._uncached_inputs(case, replay, args, mode)
-            before_repeat = self._before_repeat(args, mode, uncached, evict_code=not self._code_stays_cached(case, mode))
+            code = self._code_state(case, mode)
+            fetch_code = self._code_fetch(replay, case.row, seed, code)
+            before_repeat = self._before_repeat(args, mode, uncached, code, fetch_code)
             self.collector.measure(case.ref, run_once, self.repeat_count, before_repeat)
-            del run_once, function, call_args  # releases rotating copies of the inputs with the inputs
+            del run_once, function, call_args, fetch_code  # releases rotating copies of the inputs with the inputs
             if self.candidate_judge is not None:
                 self.candidate_judge.judge(
                     case, replay, args, functools.partial(self._timed_call, mode=mode), before_repeat
