@@ -36,8 +36,9 @@ Where the inference guesses wrong: without the allocator's events, a shape many 
 that shape than its own, a temporary long released; a broadcast operand built under another
 shape and then reshaped (a routing weight of ``[8]`` read as ``[8,1]``) finds no writer and
 counts as read from memory.  On three decoder models profiled on an H100 with the allocator's
-events, replays that follow the distances put 92.0-97.5 % of the kernel time within 10 % of the
-in-model durations (``benchmarks/model_coverage.py``; README, "Coverage of real profiles").
+events, replays that follow the distances put 93.7-97.4 % of the kernel time within 10 % of the
+in-model durations (``benchmarks/model_coverage.py``, profiles E and F; README, "Coverage of real
+profiles").
 
 A row's cell (``Profiling Input Reuse Distance(B)``) holds, per input slot, the median over the
 row's calls, ``-`` where most calls had no producer; the replay compares it with its device's
