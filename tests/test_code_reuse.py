@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import math
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -187,6 +188,37 @@ def test_code_in_the_last_level_cache_is_fetched_after_the_data_eviction_and_bef
     assert not any(name == "aten::mul" for name, _ in steps)
     assert min(i for i, (_, shapes) in enumerate(steps) if shapes[:1] == [code_shape]) < min(
         i for i, (_, shapes) in enumerate(steps) if shapes[:1] == [buffer_words])
+
+
+class _StepsJudge:
+    """A candidate judge that keeps the step before each repeat made for a candidate of its own."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[object, ...]] = []
+        self.case_args: tuple[object, ...] = ()
+        self.step: object = None
+
+    def candidate(self, *args: object) -> object:
+        self.calls.append(args)
+        return None
+
+    def judge(self, case: object, replay: object, args: tuple[object, ...], timed_call: object,
+              before_repeat_for: Callable[[Callable[..., object]], object]) -> None:
+        self.case_args, self.step = args, before_repeat_for(self.candidate)
+
+
+def test_a_candidate_has_its_own_code_fetched_where_the_rows_is() -> None:
+    judge = _StepsJudge()
+    runner = ReplayRunner(SmallCacheCpu(4096), collector=RecordingCollector(), repeat_count=2,  # type: ignore[arg-type]
+                          warmup_count=0, cache_mode="produced", candidate_judge=judge)  # type: ignore[arg-type]
+    row = _row("30", "100")
+    runner.run(Case(CaseRef("rope", "Mul", "Mul.csv", 4, "Mul"), STATUS_READY, row=row, profiled_us=2.0))
+    steps = _profiled_steps(judge.step)
+    assert len(judge.calls) == 1  # the candidate, on inputs of the row's shapes but not the case's own
+    (fetched,) = judge.calls
+    assert [tuple(t.shape) for t in fetched] == [(1, 8, 1, 128), (1, 1, 1, 128)]  # type: ignore[attr-defined]
+    assert all(t is not u for t, u in zip(fetched, judge.case_args))
+    assert not any(name == "aten::mul" for name, _ in steps)  # not the row's kernel
 
 
 def test_a_bad_code_reuse_cell_fails_the_case_naming_file_row_and_column() -> None:

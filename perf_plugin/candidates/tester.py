@@ -57,9 +57,13 @@ class CandidateJudge:
         replay: "OpReplay",
         args: tuple[Any, ...],
         timed_call: Callable[[Callable[..., Any], tuple[Any, ...]], Callable[[], Any]],
-        before_repeat: Callable[[], Any] | None,
+        before_repeat_for: Callable[[Callable[..., Any]], Callable[[], Any] | None],
     ) -> None:
-        """Judge the case's candidate, if any; never raises for the candidate's faults."""
+        """Judge the case's candidate, if any; never raises for the candidate's faults.
+
+        ``before_repeat_for(function)`` is the step before each timed repeat of ``function``
+        (a call of the replay's inputs): the case's own, with the candidate's code where the
+        step fetches the kernel's code into the cache."""
         function = self.candidate_for(case)
         if function is None or case.row is None:
             return
@@ -83,7 +87,7 @@ class CandidateJudge:
             for _ in range(self.warmup_count):
                 run_once()
             try:
-                collector.measure(candidate_ref(ref), run_once, self.repeat_count, before_repeat)
+                collector.measure(candidate_ref(ref), run_once, self.repeat_count, before_repeat_for(function))
             finally:
                 collector.isolate()  # a session of the candidate's timed repeats alone
             verdict.timed = True

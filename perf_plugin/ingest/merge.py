@@ -170,7 +170,8 @@ def _ensure_profiling_columns(table: CsvTable, rows: Sequence[AggregatedRow]) ->
         anchor = PROFILING_KERNELS if table.has_column(PROFILING_KERNELS) else PROFILING_COUNT
         table.insert_column(PROFILING_INPUT_REUSE, table.index(anchor) + 1)
     if _have_code_reuse(rows) and not table.has_column(PROFILING_CODE_REUSE):
-        anchor = next(name for name in (PROFILING_INPUT_REUSE, PROFILING_KERNELS, PROFILING_COUNT) if table.has_column(name))
+        anchors = (PROFILING_INPUT_REUSE, PROFILING_KERNELS, PROFILING_COUNT)
+        anchor = next(name for name in anchors if table.has_column(name))
         table.insert_column(PROFILING_CODE_REUSE, table.index(anchor) + 1)
 
 

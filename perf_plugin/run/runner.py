@@ -168,19 +168,35 @@ class ReplayRunner:
         except DatabaseError as exc:
             raise CaseFailure(exc.located(path=case.ref.csv_file, row=case.ref.row_line).describe()) from None
 
-    def _code_fetch(self, replay: "OpReplay", row: "KernelRow", seed: int, code: CodeCache) -> Any:
-        """For a row whose code the model found in the last-level cache, a call of its kernel on
-        inputs of its own (another seed's), which brings the code there; None for the others."""
+    def _fetch_inputs(self, replay: "OpReplay", row: "KernelRow", seed: int, code: CodeCache) -> tuple[Any, ...] | None:
+        """For a row whose code the model found in the last-level cache, inputs of its own
+        (another seed's) for the call that brings the code there; None for the others."""
         if code is not CodeCache.LAST_LEVEL:
             return None
         try:
-            args = replay.make_inputs(row, self.backend.torch_device(), self.backend.generator(seed + 1))
+            return replay.make_inputs(row, self.backend.torch_device(), self.backend.generator(seed + 1))
         except RuntimeError as exc:
             if "out of memory" in str(exc).lower():
                 raise CaseSkip("out of device memory for the inputs of the call that fetches the code") from None
             raise
-        function, call_args = self._launcher(replay, row, args)
-        return _bind(function, call_args)
+
+    def _repeat_steps(
+        self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str, seed: int
+    ) -> tuple[Any, Callable[[Callable[..., Any]], Any]]:
+        """The step before every repeat of the case's kernel (``_before_repeat``), and a maker
+        of the same step for another function of the replay's inputs (a candidate), whose own
+        code the step fetches where the row's is fetched."""
+        assert case.row is not None
+        uncached = self._uncached_inputs(case, replay, args, mode)
+        code = self._code_state(case, mode)
+        fetch_inputs = self._fetch_inputs(replay, case.row, seed, code)
+        fetch = None if fetch_inputs is None else _bind(*self._launcher(replay, case.row, fetch_inputs))
+
+        def steps_for(function: Callable[..., Any]) -> Any:
+            fetch_own = None if fetch_inputs is None else _bind(function, fetch_inputs)
+            return self._before_repeat(args, mode, uncached, code, fetch_own)
+
+        return self._before_repeat(args, mode, uncached, code, fetch), steps_for
 
     def _uncached_inputs(self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str) -> tuple[Any, ...]:
         """The inputs ``produced`` leaves out of the cache: the model's parameters, and those the
@@ -285,15 +301,12 @@ class ReplayRunner:
                 raise
             for _ in range(self.warmup_count):
                 run_once()
-            uncached = self._uncached_inputs(case, replay, args, mode)
-            code = self._code_state(case, mode)
-            fetch_code = self._code_fetch(replay, case.row, seed, code)
-            before_repeat = self._before_repeat(args, mode, uncached, code, fetch_code)
+            before_repeat, steps_for = self._repeat_steps(case, replay, args, mode, seed)
             self.collector.measure(case.ref, run_once, self.repeat_count, before_repeat)
-            del run_once, function, call_args, fetch_code  # releases rotating copies of the inputs with the inputs
+            del run_once, function, call_args, before_repeat  # releases rotating copies of the inputs with the inputs
             if self.candidate_judge is not None:
                 self.candidate_judge.judge(
-                    case, replay, args, functools.partial(self._timed_call, mode=mode), before_repeat
+                    case, replay, args, functools.partial(self._timed_call, mode=mode), steps_for
                 )
         finally:
             del args
