@@ -69,10 +69,11 @@ LAUNCHED_IDLE = "Launched Idle"
 # there (perf_plugin.replay.code_eviction).
 CODE_REUSE = "Code Reuse Distance(kernels)"
 CODE_REUSE_CAP = 64
-# The median over the row's calls of the bytes the device moved since the operator's kernels last
-# ran (perf_plugin.ingest.code_reuse), ``-`` where most calls had no earlier one: a replay whose
-# instruction caches the model left cold keeps the kernel's code in the last-level cache where
-# this is below the share of it a working set survives in (perf_plugin.replay.code_eviction).
+# The median over the row's calls of the bytes the device moved since the previous call of the
+# operator's kernels began (perf_plugin.ingest.code_reuse), ``-`` where most calls had no earlier
+# one: a replay whose instruction caches the model left cold keeps the kernel's code in the
+# last-level cache where this is below the share of it a working set survives in
+# (perf_plugin.replay.code_eviction).
 PROFILING_CODE_REUSE = "Profiling Code Reuse Distance(B)"
 
 # Microbench columns written back by a replay run.

@@ -135,7 +135,7 @@ class ReplayRunner:
         mode: str,
         uncached: tuple[Any, ...] = (),
         code: CodeCache = CodeCache.MEMORY,
-        fetch_code: Any = None,
+        fetch_code: "Callable[[], Any] | None" = None,
     ) -> Any:
         """What runs outside the timed range before every repeat: the flush (cold mode), the
         eviction (idle mode), or the eviction and a rewrite of the inputs ``args`` but the
@@ -152,7 +152,7 @@ class ReplayRunner:
         if code is CodeCache.MEMORY:
             evict = then(self._code_eviction(), evict)
         elif code is CodeCache.LAST_LEVEL:
-            evict = then(then(evict, fetch_code), self._code_eviction())
+            evict = then(evict if fetch_code is None else then(evict, fetch_code), self._code_eviction())
         if mode == "produced":
             return produce_inputs(evict, input_storages(args, exclude=uncached))
         return evict
