@@ -14,10 +14,17 @@ step (the data eviction and the activation rewritten), then launched:
 * ``queued``: at once, behind the step (what the harness times now);
 * ``idle-N``: after the device finished the step and the host waited N us more.
 
+and, for the bf16 and FP8 q GEMMs, over a longer stretch (``sustained``): 300-600 launches, each
+after the host waited for the device and then 0.2-20 ms more, so that the device is busy a few
+percent of the time, as in the profiled model; the median of the last quarter (a clock that
+fell with the load would show there).
+
 Result, two runs on an H100 (in-model / queued / idle 0-1000 us): the q GEMM 26.75 / 23.43-23.55 /
 23.50-23.73 us, the FP8 q GEMM 16.80 / 14.37-14.43 / 14.40-14.53, the FP8 down GEMM 46.22 /
 41.25-41.36 / 40.96-41.17.  An idle device does not explain the gap: only the long bf16 GEMMs
-move, by 2-5 % (gate 87.3-88.1 -> 89.2-90.6 us, down 76.6 -> 78.1-80.5).
+move, by 2-5 % (gate 87.3-88.1 -> 89.2-90.6 us, down 76.6 -> 78.1-80.5).  Nor does a device
+busy a few percent of the time: sustained, the q GEMM took 23.59-23.78 us at every gap and the
+FP8 one 13.76-13.79, and the SM clock read 1980 MHz (its maximum) after the run.
 
 Prerequisites: an NVIDIA GPU and torch with CUDA.  ``python reproduce/wip/idle_launch_effect.py``
 """
@@ -99,5 +106,31 @@ def main() -> None:
         print(f"{name:<34}{in_model:8.2f}" + "".join(f"{c:10.2f} " for c in cells))
 
 
+def sustained(gemm: Callable[[], Any], gap_us: int, launches: int) -> float:
+    """The median of the last quarter of ``launches`` launches, each ``gap_us`` after the device went idle."""
+
+    def run() -> None:
+        for _ in range(launches):
+            if gap_us:
+                torch.cuda.synchronize()
+                deadline = time.perf_counter() + gap_us / 1e6
+                while time.perf_counter() < deadline:
+                    pass
+            gemm()
+
+    durations = kernel_durations(run)
+    return statistics.median(durations[-len(durations) // 4:])
+
+
+def main_sustained() -> None:
+    d = torch.device("cuda")
+    plan = ((0, 300), (200, 600), (2000, 300), (20000, 40))
+    print(f"{'sustained':<34}" + "".join(f"{'gap-' + str(gap):>11}" for gap, _ in plan))
+    for name, build in (("bf16 512x4096x4096 (q, o)", CASES[0][2]), ("fp8 512x4096x4096 (q, o)", CASES[4][2])):
+        gemm, _ = build(d)
+        print(f"{name:<34}" + "".join(f"{sustained(gemm, gap, n):10.2f} " for gap, n in plan))
+
+
 if __name__ == "__main__":
+    main_sustained()
     main()
