@@ -94,6 +94,25 @@ def test_ingest_writes_the_bytes_moved_since_a_kernels_previous_call(tmp_path: P
     assert 130_000 < per_layer["Abs"] < 150_000  # a 256x256 bf16 weight and a few activations
 
 
+def test_ingest_into_a_database_written_before_the_column_adds_it_beside_the_input_distances(tmp_path: Path) -> None:
+    trace = FIXTURES / "cuda" / "quantize_residual_trace.json"
+    ingest_path(trace, tmp_path)
+    path = tmp_path / "Abs.csv"
+    with path.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    expected = rows[1][rows[0].index(PROFILING_CODE_REUSE)]
+    position = rows[0].index(PROFILING_CODE_REUSE)
+    with path.open("w", newline="") as handle:  # as an earlier version wrote it
+        csv.writer(handle).writerows([row[:position] + row[position + 1:] for row in rows])
+    ingest_path(trace, tmp_path)
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = list(reader.fieldnames or [])
+        (cells,) = list(reader)
+    assert header.index(PROFILING_CODE_REUSE) == header.index(PROFILING_INPUT_REUSE) + 1
+    assert cells[PROFILING_CODE_REUSE] == expected != ""
+
+
 def test_a_cpu_trace_has_no_code_reuse_column(tmp_path: Path) -> None:
     ingest_path(FIXTURES / "cpu" / "indexing_trace.json", tmp_path)
     for path in tmp_path.glob("*.csv"):
