@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from perf_plugin.backends.base import Backend
 from perf_plugin.backends.cpu import CpuBackend
 from perf_plugin.backends.cuda import CudaBackend
-from perf_plugin.replay.code_eviction import code_eviction, then
+from perf_plugin.replay.code_eviction import code_eviction, in_order
 
 
 class _Recorder(TorchDispatchMode):
@@ -43,9 +43,9 @@ def test_code_eviction_runs_the_same_kernels_every_repeat() -> None:
     assert recorder.calls[:42] == recorder.calls[42:]  # the same kernels every repeat, on tensors built once
 
 
-def test_then_runs_both_calls_in_order() -> None:
+def test_in_order_runs_both_calls_in_order() -> None:
     calls: list[str] = []
-    then(lambda: calls.append("code"), lambda: calls.append("data"))()
+    in_order(lambda: calls.append("code"), None, lambda: calls.append("data"))()
     assert calls == ["code", "data"]
 
 

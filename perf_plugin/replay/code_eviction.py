@@ -130,11 +130,12 @@ def _code_cached(row: "KernelRow") -> bool:
     return distance <= CODE_CACHED_KERNELS
 
 
-def then(first: Callable[[], Any], second: Callable[[], Any]) -> Callable[[], None]:
-    """A no-argument call running ``first``, then ``second``."""
+def in_order(*steps: Callable[[], Any] | None) -> Callable[[], None]:
+    """A no-argument call running ``steps`` one after another (a None among them is no step)."""
+    calls = [step for step in steps if step is not None]
 
-    def both() -> None:
-        first()
-        second()
+    def run() -> None:
+        for call in calls:
+            call()
 
-    return both
+    return run

@@ -29,7 +29,7 @@ from perf_plugin.replay.cache_modes import (
     rotation_plan,
     tensor_bytes,
 )
-from perf_plugin.replay.code_eviction import CodeCache, code_cache_state, code_eviction, then
+from perf_plugin.replay.code_eviction import CodeCache, code_cache_state, code_eviction, in_order
 from perf_plugin.replay.cold_inputs import cold_inputs, has_reuse_evidence
 from perf_plugin.replay.registry import get_replay
 from perf_plugin.replay.verify import VerificationError, verify_outputs
@@ -150,9 +150,9 @@ class ReplayRunner:
             return None
         evict = self._flush() if mode == "cold" else self._evict()
         if code is CodeCache.MEMORY:
-            evict = then(self._code_eviction(), evict)
+            evict = in_order(self._code_eviction(), evict)
         elif code is CodeCache.LAST_LEVEL:
-            evict = then(evict if fetch_code is None else then(evict, fetch_code), self._code_eviction())
+            evict = in_order(evict, fetch_code, self._code_eviction())
         if mode == "produced":
             return produce_inputs(evict, input_storages(args, exclude=uncached))
         return evict
