@@ -69,6 +69,11 @@ LAUNCHED_IDLE = "Launched Idle"
 # there (perf_plugin.replay.code_eviction).
 CODE_REUSE = "Code Reuse Distance(kernels)"
 CODE_REUSE_CAP = 64
+# A counter of PyTorch traces with device activity: per launch, the share of the traffic just
+# before it (the last 64 MiB) that was writes (perf_plugin.ingest.write_share).  Its average is the
+# dirty share of the last-level cache the kernel started with; a replay in ``produced`` mode
+# writes that share of its cache before every repeat (perf_plugin.replay.dirty_lines).
+RECENT_WRITE_SHARE = "Recent Write Share"
 # The median over the row's calls of the bytes the device moved since the previous call of the
 # operator's kernels began (perf_plugin.ingest.code_reuse), ``-`` where most calls had no earlier
 # one: a replay whose instruction caches the model left cold keeps the kernel's code in the

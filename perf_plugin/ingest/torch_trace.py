@@ -10,7 +10,8 @@ described by ``aten_mapping``.  Its duration is:
   each input's reuse distance, the bytes the device moved since it was written
   (``input_reuse``), and the counter ``Code Reuse Distance(kernels)`` how many distinct kernels
   ran since its kernels last did, and ``Profiling Code Reuse Distance(B)`` how many bytes the
-  device moved in between (``code_reuse``);
+  device moved in between (``code_reuse``), and the counter ``Recent Write Share`` what share
+  of the traffic just before it was writes (``write_share``);
 * on a CPU-only trace: the operator's own wall time on the CPU (its ``dur``, which includes the
   operators it called), for operators that do work (views and allocations are left out);
   ``Accelerator Core`` = ``CPU``.
@@ -32,13 +33,14 @@ from typing import Any
 import pandas as pd
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.schema import CODE_REUSE, DETAIL_COLUMNS, IDENTITY_COLUMNS, LAUNCHED_IDLE
+from perf_plugin.database.schema import CODE_REUSE, DETAIL_COLUMNS, IDENTITY_COLUMNS, LAUNCHED_IDLE, RECENT_WRITE_SHARE
 from perf_plugin.ingest import columns as col
 from perf_plugin.ingest.aggregate import CODE_REUSE_BYTES, INPUT_REUSE, KERNEL_TIMES
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
 from perf_plugin.ingest.code_reuse import code_reuse_bytes, code_reuse_distances
 from perf_plugin.ingest.input_reuse import reuse_distances
 from perf_plugin.ingest.tensor_lifetimes import release_times
+from perf_plugin.ingest.write_share import recent_write_shares
 from perf_plugin.ingest.list_dtypes import READERS_LOOKED_AT, resolve_cat_dtypes
 from perf_plugin.ingest.profile_table import ProfileTable
 from perf_plugin.ingest.trace_attribution import (
@@ -124,7 +126,7 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
     _record_reuse(launched, trace.memory)
     table = ProfileTable(
         frame=_sample_frame(records, attribution.device_trace),
-        counters=[LAUNCHED_IDLE, CODE_REUSE] if attribution.device_trace else [],
+        counters=[LAUNCHED_IDLE, CODE_REUSE, RECENT_WRITE_SHARE] if attribution.device_trace else [],
         sources=[trace.source] if trace.source is not None else [],
         kinds=[KIND_TORCH_TRACE],
         rows_read=summary.operators,
@@ -144,11 +146,15 @@ def _record_reuse(launched: list[tuple[TraceOp, dict[str, Any], MappedOp]], memo
     )
     kernels = [list(record[KERNEL_TIMES]) for _, record, _ in launched]
     code = code_reuse_distances(kernels)
-    code_bytes = code_reuse_bytes(kernels, [mapped for _, _, mapped in launched])
-    for (_, record, _), per_slot, code_distance, code_moved in zip(launched, distances, code, code_bytes):
+    ops = [mapped for _, _, mapped in launched]
+    code_bytes = code_reuse_bytes(kernels, ops)
+    for (_, record, _), per_slot, code_distance, code_moved, write_share in zip(
+        launched, distances, code, code_bytes, recent_write_shares(ops)
+    ):
         record[INPUT_REUSE] = per_slot
         record[CODE_REUSE] = code_distance
         record[CODE_REUSE_BYTES] = code_moved
+        record[RECENT_WRITE_SHARE] = write_share
 
 
 def _following_on_thread(samples: list[OpSample]) -> Callable[[OpSample], list[OpSample]]:
@@ -170,7 +176,7 @@ def _sample_frame(records: list[dict[str, Any]], device_trace: bool) -> pd.DataF
     """The samples as ingest's frame: cells as categories (few distinct values, many samples)."""
     columns = [col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS, col.DURATION]
     if device_trace:
-        columns += [KERNEL_TIMES, LAUNCHED_IDLE, CODE_REUSE, INPUT_REUSE, CODE_REUSE_BYTES]
+        columns += [KERNEL_TIMES, LAUNCHED_IDLE, CODE_REUSE, RECENT_WRITE_SHARE, INPUT_REUSE, CODE_REUSE_BYTES]
     frame = pd.DataFrame.from_records(records, columns=columns)
     for name in (col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS):
         frame[name] = frame[name].astype("category")

@@ -30,6 +30,7 @@ from perf_plugin.replay.cache_modes import (
     tensor_bytes,
 )
 from perf_plugin.replay.code_eviction import CodeCache, code_cache_state, code_eviction, in_order
+from perf_plugin.replay.dirty_lines import dirty_bytes, dirty_lines
 from perf_plugin.replay.cold_inputs import cold_inputs, has_reuse_evidence
 from perf_plugin.replay.registry import get_replay
 from perf_plugin.replay.verify import VerificationError, verify_outputs
@@ -136,6 +137,7 @@ class ReplayRunner:
         uncached: tuple[Any, ...] = (),
         code: CodeCache = CodeCache.MEMORY,
         fetch_code: "Callable[[], Any] | None" = None,
+        dirty: int = 0,
     ) -> Any:
         """What runs outside the timed range before every repeat: the flush (cold mode), the
         eviction (idle mode), or the eviction and a rewrite of the inputs ``args`` but the
@@ -145,7 +147,8 @@ class ReplayRunner:
         caches are evicted first, so that the data eviction leaves none of their lines dirty; in
         the last-level cache, ``fetch_code`` (the kernel on other inputs) runs after the data
         eviction and the instruction caches are evicted after it; in the instruction caches,
-        nothing is evicted but the data."""
+        nothing is evicted but the data.  In produced mode ``dirty`` bytes are written before the
+        rewrite, as many dirty lines as the row's model left (``dirty_lines``)."""
         if mode not in EVICTING_MODES:
             return None
         evict = self._flush() if mode == "cold" else self._evict()
@@ -154,6 +157,7 @@ class ReplayRunner:
         elif code is CodeCache.LAST_LEVEL:
             evict = in_order(evict, fetch_code, self._code_eviction())
         if mode == "produced":
+            evict = in_order(evict, dirty_lines(self._buffer(), dirty))
             return produce_inputs(evict, input_storages(args, exclude=uncached))
         return evict
 
@@ -189,14 +193,26 @@ class ReplayRunner:
         assert case.row is not None
         uncached = self._uncached_inputs(case, replay, args, mode)
         code = self._code_state(case, mode)
+        dirty = self._dirty_bytes(case, args, uncached, mode)
         fetch_inputs = self._fetch_inputs(replay, case.row, seed, code)
         fetch = None if fetch_inputs is None else _bind(*self._launcher(replay, case.row, fetch_inputs))
 
         def steps_for(function: Callable[..., Any]) -> Any:
             fetch_own = None if fetch_inputs is None else _bind(function, fetch_inputs)
-            return self._before_repeat(args, mode, uncached, code, fetch_own)
+            return self._before_repeat(args, mode, uncached, code, fetch_own, dirty)
 
-        return self._before_repeat(args, mode, uncached, code, fetch), steps_for
+        return self._before_repeat(args, mode, uncached, code, fetch, dirty), steps_for
+
+    def _dirty_bytes(self, case: "Case", args: tuple[Any, ...], uncached: tuple[Any, ...], mode: str) -> int:
+        """The bytes produced mode leaves dirty before the rewrite of the inputs (``dirty_lines``)."""
+        assert case.row is not None
+        if mode != "produced":
+            return 0
+        rewritten = sum(storage.numel() for storage in input_storages(args, exclude=uncached))
+        try:
+            return dirty_bytes(case.row, self._last_level_cache(), rewritten)
+        except DatabaseError as exc:
+            raise CaseFailure(exc.located(path=case.ref.csv_file, row=case.ref.row_line).describe()) from None
 
     def _uncached_inputs(self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str) -> tuple[Any, ...]:
         """The inputs ``produced`` leaves out of the cache: the model's parameters, and those the
