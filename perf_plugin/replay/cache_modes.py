@@ -13,7 +13,10 @@
   inputs are rewritten in place, as the kernel that produced them in a model leaves them: the
   inputs (as much of them as the cache holds) in the cache, everything else evicted, the timed
   kernel's own code, the model's parameters among its inputs and the inputs the row's profile
-  shows were read from memory included.
+  shows were read from memory included.  Between the eviction and the rewrite, as many bytes
+  are written as the row's profile shows the model had just written
+  (``perf_plugin.replay.dirty_lines``): a prefill GEMM evicts the dirty lines the element-wise
+  kernels before it left, and pays their write-back, as it did in the model.
 * ``idle``: before every repeat, outside the timed range, the cache is evicted (read, as for
   ``produced``), and the repeat is launched only once the device has finished all earlier work, as a host-bound phase of a model
   (decode) launches its kernels: onto an idle device whose cache other kernels overwrote.
