@@ -602,8 +602,10 @@ def test_env_spec_records_torch_env_vars_and_git(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("PERF_REPEAT_COUNT", "7")
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
 
-    spec = collect_env_spec("cpu", cwd=repo, subprocess_budget_s=10.0)
-    assert spec["errors"] == {}
+    # a generous budget: under a loaded suite (14 workers on a GPU host) 10 s ran out twice,
+    # and what this test checks is the content, not the time (the budget has tests of its own)
+    spec = collect_env_spec("cpu", cwd=repo, subprocess_budget_s=120.0)
+    assert spec["errors"] == {}, spec["errors"]
     assert spec["backend"] == "cpu"
     assert spec["torch"]["version"] == str(torch.__version__)
     assert spec["torch"]["cuda"] == torch.version.cuda
