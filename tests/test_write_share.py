@@ -22,6 +22,7 @@ from perf_plugin.run.cases import STATUS_READY, Case
 from perf_plugin.run.runner import CaseFailure, ReplayRunner
 from perf_plugin.trace.mapped import MappedOp, Slot
 from tests.test_cache_modes import RecordingCollector, SmallCacheCpu
+from tests.test_code_reuse import _profiled_steps
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -126,17 +127,10 @@ def _before_repeat_of(row: KernelRow, mode: str, cache: int = 1 << 16) -> object
     return recording.before_repeat["mul"]
 
 
-def _steps(before_repeat: object) -> list[tuple[str, list[list[int]]]]:
-    assert callable(before_repeat)
-    with torch.autograd.profiler.profile(record_shapes=True) as prof:
-        before_repeat()
-    return [(event.name, event.input_shapes) for event in prof.function_events]
-
-
 def test_produced_mode_writes_the_dirty_lines_after_the_eviction_and_before_the_rewrite() -> None:
     cache = 1 << 16
     inputs = 2 * 64 * 64 * 4  # both float32 inputs are rewritten
-    steps = _steps(_before_repeat_of(_row("0.75"), "produced", cache))
+    steps = _profiled_steps(_before_repeat_of(_row("0.75"), "produced", cache))
     eviction = next(i for i, (_, shapes) in enumerate(steps) if shapes[:1] == [[2 * cache // 4]])
     dirty = [i for i, (name, shapes) in enumerate(steps) if name == "aten::fill_" and shapes[:1] == [[int(0.75 * cache) - inputs]]]
     rewrite = [i for i, (name, shapes) in enumerate(steps) if name == "aten::mul_" and shapes[:1] == [[64 * 64 * 4]]]
@@ -146,7 +140,7 @@ def test_produced_mode_writes_the_dirty_lines_after_the_eviction_and_before_the_
 
 @pytest.mark.parametrize(("share", "mode"), [("", "produced"), ("0.75", "idle")])
 def test_no_dirty_lines_without_evidence_or_outside_produced_mode(share: str, mode: str) -> None:
-    steps = _steps(_before_repeat_of(_row(share), mode))
+    steps = _profiled_steps(_before_repeat_of(_row(share), mode))
     # (the code eviction's kernels fill 2-d tensors, and one of a single element)
     assert steps and not any(name == "aten::fill_" and len(shapes[0]) == 1 and shapes[0][0] > 1 for name, shapes in steps)
 

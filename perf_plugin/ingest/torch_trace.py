@@ -40,7 +40,6 @@ from perf_plugin.ingest.aten_mapping import does_work, map_operator
 from perf_plugin.ingest.code_reuse import code_reuse_bytes, code_reuse_distances
 from perf_plugin.ingest.input_reuse import reuse_distances
 from perf_plugin.ingest.tensor_lifetimes import release_times
-from perf_plugin.ingest.write_share import recent_write_shares
 from perf_plugin.ingest.list_dtypes import READERS_LOOKED_AT, resolve_cat_dtypes
 from perf_plugin.ingest.profile_table import ProfileTable
 from perf_plugin.ingest.trace_attribution import (
@@ -49,6 +48,7 @@ from perf_plugin.ingest.trace_attribution import (
     is_communication_op,
 )
 from perf_plugin.ingest.trace_events import read_chrome_trace, read_profiler
+from perf_plugin.ingest.write_share import recent_write_shares
 from perf_plugin.trace.events import MemoryEvent, TraceData, TraceOp
 from perf_plugin.trace.mapped import MappedOp
 

@@ -7,8 +7,10 @@ and outputs are released before returning, whatever happens, so memory stays fla
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -167,10 +169,8 @@ class ReplayRunner:
         assert case.row is not None
         if mode not in EVICTING_MODES:
             return CodeCache.INSTRUCTION
-        try:
+        with _bad_cells_fail(case):
             return code_cache_state(case.row, self._last_level_cache())
-        except DatabaseError as exc:
-            raise CaseFailure(exc.located(path=case.ref.csv_file, row=case.ref.row_line).describe()) from None
 
     def _fetch_inputs(self, replay: "OpReplay", row: "KernelRow", seed: int, code: CodeCache) -> tuple[Any, ...] | None:
         """For a row whose code the model found in the last-level cache, inputs of its own
@@ -209,10 +209,8 @@ class ReplayRunner:
         if mode != "produced":
             return 0
         rewritten = sum(storage.numel() for storage in input_storages(args, exclude=uncached))
-        try:
+        with _bad_cells_fail(case):
             return dirty_bytes(case.row, self._last_level_cache(), rewritten)
-        except DatabaseError as exc:
-            raise CaseFailure(exc.located(path=case.ref.csv_file, row=case.ref.row_line).describe()) from None
 
     def _uncached_inputs(self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str) -> tuple[Any, ...]:
         """The inputs ``produced`` leaves out of the cache: the model's parameters, and those the
@@ -220,10 +218,8 @@ class ReplayRunner:
         assert case.row is not None
         if mode != "produced":
             return ()
-        try:
+        with _bad_cells_fail(case):
             cold = cold_inputs(case.row, args, self._last_level_cache())
-        except DatabaseError as exc:
-            raise CaseFailure(exc.located(path=case.ref.csv_file, row=case.ref.row_line).describe()) from None
         return (*replay.parameters(case.row, args), *cold)
 
     def _timed_call(self, function: Any, args: tuple[Any, ...], mode: str) -> Any:
@@ -337,6 +333,16 @@ class ReplayRunner:
             # huge case does not pin memory for the rest of a long run.  Small cases skip this:
             # freeing cached blocks synchronises the device and would slow small-kernel runs.
             self.backend.empty_cache()
+
+
+@contextlib.contextmanager
+def _bad_cells_fail(case: "Case") -> Iterator[None]:
+    """Turns a bad cell of the case's row (a DatabaseError naming its column) into the case's
+    failure, naming the file, row and column."""
+    try:
+        yield
+    except DatabaseError as exc:
+        raise CaseFailure(exc.located(path=case.ref.csv_file, row=case.ref.row_line).describe()) from None
 
 
 def _bind(function: Any, args: tuple[Any, ...]) -> Any:
