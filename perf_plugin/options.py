@@ -84,6 +84,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(f"{text!r} is not a positive number")
+    return value
+
+
 def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -145,7 +152,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "replay-coverage-weight",
         "what --replay-coverage-min counts: rows, or the rows' profiled time (Profiling Average Duration(us) "
-        "x Profiling Count: the share of a profiled model's kernel time the run measures)",
+        "x Profiling Count: the share of a profiled model's kernel time the run measures). By time, rows without "
+        "a profiled time weigh nothing (the coverage line says how many); where no selected row has one, coverage "
+        "by time cannot be measured and the gate fails (exit 1) saying so, rather than counting rows",
         "rows",
         choices=COVERAGE_WEIGHTS,
     ),
@@ -179,6 +188,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         flag=True,
     ),
     OptionSpec("lock-timeout", "seconds to wait for another session's database lock", 60.0, float),
+    OptionSpec(
+        "rank-timeout",
+        "under torchrun: seconds a rank may go without progress (no case started or finished, no step of "
+        "its session end) while another waits on it for its results; then the waiting rank names it and "
+        "the step it was at, writes what arrived, and the run fails",
+        300.0,
+        _positive_float,
+    ),
     OptionSpec(
         "isolate",
         "run the cases in a child process (one pytest-xdist worker) that is replaced when a case takes it "
@@ -313,6 +330,7 @@ class Settings:
     isolate: bool = False
     shard: str | None = None
     progress_interval: float = 30.0
+    rank_timeout: float = 300.0
     results_out: Path | None = None
     candidate: Path | None = None
     candidate_checks: int = 5

@@ -216,7 +216,7 @@ def test_rank_info_and_torchrun_command() -> None:
         rank_info({"TORCHELASTIC_RUN_ID": "x", "RANK": "a", "WORLD_SIZE": "2", "LOCAL_RANK": "0"})
     command = torchrun_command(4, ["bench", "-m", "comm"], python="/usr/bin/python3")
     assert command == [
-        "/usr/bin/python3", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+        "/usr/bin/python3", "-m", "perf_plugin.comm.torchrun_agent", "--standalone", "--nproc-per-node", "4",
         "-m", "pytest", "bench", "-m", "comm",
     ]
 

@@ -98,3 +98,64 @@ def test_torchrun_on_two_nodes_of_two_ranks_gathers_to_rank_zero(tmp_path: Path)
     assert outputs[1].count("went to rank 0") == 2
     # pytest-benchmark gets every rank's cases, from rank 0 alone
     assert len(json.loads((tmp_path / "bench.json").read_text())["benchmarks"]) == len(SIZES) + 1
+
+
+# ----------------------------------------------------------------------------- collectives and replays in one session
+COMM_FILE = Path(__file__).parents[1] / "bench" / "test_collectives.py"
+TINY_COMM = ["--bytes-grid", "1K", "--comm-iters", "2", "--comm-warmup", "1", "--comm-timeout", "60"]
+
+
+def _bench_with_collectives(root: Path) -> Path:
+    """A project whose bench/ holds the replay test and the collectives, as the repository's does."""
+    (root / "bench").mkdir()
+    shutil.copy(BENCH_FILE, root / "bench" / BENCH_FILE.name)
+    shutil.copy(COMM_FILE, root / "bench" / COMM_FILE.name)
+    return _database(root)
+
+
+def _torchrun(root: Path, db: Path, *extra: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               *_pytest(db, "--comm-output-dir", str(root / "comm"), *TINY_COMM, *extra)]
+    return subprocess.run(command, cwd=root, env=child_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_comm_session_beside_replay_cases_ends_under_torchrun(tmp_path: Path) -> None:
+    """-m comm deselects every replay case: no rank gathers, none waits, the run ends at once."""
+    db = _bench_with_collectives(tmp_path)
+    done = _torchrun(tmp_path, db, "-m", "comm", timeout=60)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "4 passed, 8 deselected" in done.stdout
+    assert done.stdout.count("0 of 0 replay case(s) here") == 2  # each rank says what it really holds
+    assert _measured(db) == [] and len(list((tmp_path / "comm").glob("hcom_*.csv"))) == 4
+
+
+def test_replays_after_collectives_gather_to_rank_zero_through_the_store(tmp_path: Path) -> None:
+    """Under torchrun the collectives run beside the replay cases; the collectives' process group
+    is gone by the end of the session, and the ranks' results still reach rank 0."""
+    db = _bench_with_collectives(tmp_path)
+    done = _torchrun(tmp_path, db, timeout=240)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert done.stdout.count("4 of 8 replay case(s) here") >= 2
+    assert len(_measured(db)) == len(SIZES) + 1  # both ranks' rows, written once by rank 0
+    assert done.stdout.count("went to rank 0") == 1
+
+
+STALL_CONFTEST = '''
+import os
+import time
+
+
+def pytest_sessionfinish(session):
+    if os.environ.get("RANK") == "1":
+        time.sleep(600)  # a rank that never gets to send its results
+'''
+
+
+def test_a_rank_that_stalls_is_named_and_rank_zero_writes_its_own_share(tmp_path: Path) -> None:
+    db = _bench_with_collectives(tmp_path)
+    (tmp_path / "conftest.py").write_text(STALL_CONFTEST)
+    done = _torchrun(tmp_path, db, "--perf-rank-timeout", "3", timeout=120)
+    assert done.returncode != 0
+    assert ("rank 1 of 2: results not received: no progress for 3 s; its last step: session end: flushing the "
+            "profiler") in done.stdout, done.stdout[-4000:] + done.stderr[-4000:]
+    assert len(_measured(db)) == 4  # rank 0's share: every other case

@@ -4,20 +4,28 @@
 ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
 ``MASTER_PORT`` in its environment (``env://`` initialisation); many nodes join through
 torchrun's own rendezvous.  ``--comm-nproc N`` makes the plugin re-execute the same pytest
-command line under ``python -m torch.distributed.run --standalone --nproc-per-node N`` (a
-single-node rendezvous on a free local port) and return its exit status.
+command line under torchrun, ``--standalone --nproc-per-node N`` (a single-node rendezvous on a
+free local port, so a run left behind on the default port cannot capture it), and return its
+exit status.  The agent runs as ``perf_plugin.comm.torchrun_agent``, which ends with the pytest
+that started it; an interrupt of that pytest reaches the agent as SIGTERM, which stops the ranks
+the way a scheduler does (each writes back what it measured), and is waited for.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from perf_plugin.comm.settings import CommConfigError
 
 TORCHRUN_MARKER = "TORCHELASTIC_RUN_ID"  # set by torchrun's agent in every worker
+AGENT_MODULE = "perf_plugin.comm.torchrun_agent"
+STOP_GRACE_S = 60.0  # an interrupted agent's time to stop its ranks (they write back) before it is killed
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,7 @@ def torchrun_command(nproc: int, pytest_args: Sequence[str], python: str | None 
     return [
         python or sys.executable,
         "-m",
-        "torch.distributed.run",
+        AGENT_MODULE,
         "--standalone",
         "--nproc-per-node",
         str(nproc),
@@ -62,6 +70,22 @@ def torchrun_command(nproc: int, pytest_args: Sequence[str], python: str | None 
         "pytest",
         *pytest_args,
     ]
+
+
+def run_torchrun(command: Sequence[str], cwd: Path, grace_s: float = STOP_GRACE_S) -> int:
+    """Run the agent to its end; on Ctrl-C or SIGTERM here, SIGTERM it and wait up to ``grace_s``
+    for it to stop its ranks (then kill it: its ranks die with it).  Its exit status."""
+    agent = subprocess.Popen(list(command), cwd=str(cwd))
+    try:
+        return agent.wait()
+    except KeyboardInterrupt:
+        agent.send_signal(signal.SIGTERM)  # a terminal's Ctrl-C reached it already: a second stop is harmless
+        try:
+            agent.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            agent.wait()
+        raise
 
 
 def visible_device_count(variable: str | None, environ: Mapping[str, str] | None = None) -> int | None:

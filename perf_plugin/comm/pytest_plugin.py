@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,10 +21,11 @@ from pathlib import Path
 import pytest
 
 from perf_plugin.comm.ccl import CclSpec, output_directory, select_ccl
-from perf_plugin.comm.launch import RankInfo, check_visible_devices, rank_info, torchrun_command
+from perf_plugin.comm.launch import RankInfo, check_visible_devices, rank_info, run_torchrun, torchrun_command
 from perf_plugin.comm.plan import CommCase, CommPlan, plan_cases
 from perf_plugin.comm.record import CommResult
 from perf_plugin.comm.runner import FAILED, SKIPPED, CommRunner
+from perf_plugin.run.parent_death import die_with_parent
 from perf_plugin.comm.settings import CCL_CHOICES, MODES, CommConfigError, CommSettings, build_settings
 
 GROUP_NAME = "perf"
@@ -184,7 +184,11 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     command = torchrun_command(settings.nproc, list(config.invocation_params.args))
     sys.stdout.write(f"collectives: launching {settings.nproc} ranks: {' '.join(command)}\n")
     sys.stdout.flush()
-    return subprocess.run(command, cwd=str(config.invocation_params.dir), check=False).returncode
+    try:
+        return run_torchrun(command, config.invocation_params.dir)
+    except KeyboardInterrupt:
+        sys.stdout.write("collectives: interrupted; the ranks were stopped\n")
+        return int(pytest.ExitCode.INTERRUPTED)
 
 
 # ----------------------------------------------------------------------------- collection
@@ -192,7 +196,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """Controller and ranks: register the markers; plan the cases when collectives are selected."""
     config.addinivalue_line("markers", "comm: collective communication benchmark (any backend: HCCL, NCCL, gloo)")
     config.addinivalue_line("markers", "hccl: collective communication benchmark (same tests as 'comm')")
-    _prepare(config)
+    if _prepare(config).info.launched:
+        die_with_parent()  # a rank whose torchrun was killed outright must not hold its port
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

@@ -4,8 +4,8 @@ Two launchers, one split:
 
 * ``torchrun --nnodes H --nproc-per-node D -m pytest bench ...``: every rank (``RANK`` of
   ``WORLD_SIZE``) replays its share of the rows on its own device (``LOCAL_RANK``); at the end
-  every rank sends its records and results to rank 0 through ``torch.distributed`` (gloo, on the
-  host side, whatever the device), and rank 0 alone writes the database and the reports;
+  every rank sends its records and results to rank 0 through torchrun's key-value store
+  (``perf_plugin.run.rank_gather``), and rank 0 alone writes the database and the reports;
 * ``--perf-shard I/N`` (``I`` from 0): for schedulers that start one pytest per host (a Slurm
   array: ``--perf-shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT``); each shard writes back
   its own rows, under the database lock.
@@ -13,7 +13,8 @@ Two launchers, one split:
 The split is round-robin over the replay cases in collection order (the database's file and row
 order), so shards get the same number of cases within one and every shard computes the same split
 without talking to the others.  Tests that are not replay cases run on every torchrun rank (the
-collective benchmarks need them all) and in shard 0 only of a ``--perf-shard`` split.
+collective benchmarks need them all) and in shard 0 only of a ``--perf-shard`` split.  The split
+is made after every other deselection (``-m``, ``-k``): a rank holds the cases it will run.
 """
 
 from __future__ import annotations
@@ -114,30 +115,3 @@ def merge_payload(control: ControllerState, notes: list[str], data: Mapping[str,
         control.records.setdefault(nodeid, CaseRecord.from_json(record))
     control.add_results([CaseResult.from_json(result) for result in data["results"]])  # one journal write
     notes.extend(note for note in data["notes"] if note not in notes)
-
-
-def gather_to_rank_zero(control: ControllerState, notes: list[str], timeout_s: float = 600.0) -> bool:
-    """Send this rank's records and results to rank 0 (which merges them); True on rank 0.
-
-    Uses the default process group when one is up (a collective benchmark in the same session
-    made one), else a gloo group of its own over torchrun's rendezvous variables.
-    """
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    created = not dist.is_initialized()
-    if created:
-        dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=timeout_s))
-    group = dist.new_group(backend="gloo") if not created else None  # host-side, whatever the device
-    try:
-        rank = dist.get_rank()
-        gathered: list[Any] | None = [None] * dist.get_world_size() if rank == 0 else None
-        dist.gather_object(payload(control, notes), gathered, dst=0, group=group)
-        if gathered is not None:
-            for data in gathered[1:]:
-                merge_payload(control, notes, data)
-        return rank == 0
-    finally:
-        if created:
-            dist.destroy_process_group()
