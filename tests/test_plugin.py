@@ -263,6 +263,33 @@ def test_database_without_kernel_csvs_is_one_line_not_a_traceback(pytester: pyte
     assert "Traceback" not in result.stdout.str() and "plugin.py" not in result.stdout.str()
 
 
+def test_database_path_that_does_not_exist_says_so_in_one_line(pytester: pytest.Pytester, project: Path) -> None:
+    missing = pytester.path / "no_such_db"
+    result = run(pytester, missing)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"database directory {missing} does not exist"])
+    out = result.stdout.str()
+    assert "has no kernel CSVs" not in out and "Traceback" not in out and "plugin.py" not in out
+    assert not missing.exists()  # an explicit path is never created
+
+
+def test_header_only_csvs_are_named(pytester: pytest.Pytester, project: Path) -> None:
+    write_csv(project / "Mul.csv", HEADER, [])
+    result = run(pytester, project, "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([f"*1 kernel CSV holds a header and no rows (nothing to replay): {project / 'Mul.csv'}"])
+    # every file empty: the collection error names them, in one line
+    empty = pytester.path / "empty_files_db"
+    write_csv(empty / "Mul.csv", HEADER, [])
+    write_csv(empty / "Add.csv", HEADER, ["", ""])  # blank lines are no rows either
+    result = run(pytester, empty)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([
+        f"no kernel rows in {empty}",
+        f"  2 kernel CSVs hold a header and no rows (nothing to replay): {empty / 'Add.csv'}, {empty / 'Mul.csv'}",
+    ])
+
+
 def test_unavailable_backend_is_one_line_not_a_traceback(pytester: pytest.Pytester, project: Path) -> None:
     import importlib.util
 
@@ -306,7 +333,8 @@ def test_coverage_gate_fails_the_run_with_a_table(pytester: pytest.Pytester, pro
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
-            "*replay coverage: 50.0% of 6 selected rows replayed and passed, 50.0% of their profiled time "
+            "*replay coverage: 50.0% of 6 selected rows replayed and passed; no selected row has a profiled time "
+            "(Profiling Average Duration(us) x Profiling Count): coverage by time cannot be measured "
             "(below --perf-replay-coverage-min 0.9 by rows)*",
             "*kernel type*rows*replay*passed*",
             "*Softmax*3*0*0*0.0%*",
@@ -328,6 +356,32 @@ def test_coverage_by_time_weighs_rows_by_their_profiled_time(pytester: pytest.Py
     by_time.stdout.fnmatch_lines(["*91.2% of their profiled time (meets --perf-replay-coverage-min 0.9 by time)*"])
     report = json.loads(next((project / "reports").glob("run_report_*.json")).read_text())
     assert report["replay_run"]["coverage_time"] == pytest.approx(620 / 680)
+
+
+def test_a_failed_coverage_gate_shows_on_the_closing_line(pytester: pytest.Pytester, project: Path) -> None:
+    write_csv(project / "Softmax.csv", HEADER, ['dynamic,AI_CORE,"""8,8""",FLOAT,ND,"""8,8""",FLOAT,ND'])
+    result = run(pytester, project, "--replay-coverage-min", "0.9")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    last = result.stdout.lines[-1]
+    assert "3 passed" in last and "1 skipped" in last and "1 coverage gate failed" in last, last
+    passing = run(pytester, project, "--replay-coverage-min", "0.5")
+    assert passing.ret == 0 and "coverage gate" not in passing.stdout.lines[-1]
+
+
+def test_coverage_by_time_without_profiled_time_fails_the_gate_and_says_why(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    # no Profiling Average Duration(us) x Profiling Count anywhere, as in the shipped sample database
+    result = run(pytester, project, "--replay-coverage-min", "0.5", "--replay-coverage-weight", "time")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*replay coverage: 100.0% of 3 selected rows replayed and passed; no selected row has a profiled time "
+        "(Profiling Average Duration(us) x Profiling Count): coverage by time cannot be measured "
+        "(fails --perf-replay-coverage-min 0.5 by time)*",
+    ])
+    assert "of their profiled time" not in result.stdout.str()
+    report = json.loads(next((project / "reports").glob("run_report_*.json")).read_text())
+    assert report["replay_run"]["coverage_time"] is None  # not the row coverage under another name
 
 
 def test_coverage_gate_with_collect_only(pytester: pytest.Pytester, project: Path) -> None:

@@ -3,9 +3,11 @@
     perfdb restore-quarantine DATABASE_DIR [--kernel-type TYPE ...] [--dry-run]
 
 Every ``{KernelType}.quarantine.csv`` in DATABASE_DIR (or only those of the kernel types named)
-has its rows appended to ``{KernelType}.csv`` without the quarantine's reason and timestamp
-columns, and is then removed.  A row the kernel CSV already holds, cell for cell, is not added
-twice, so the command can be repeated or re-run after an interruption.
+has its rows put back into ``{KernelType}.csv``, each at the line it left, without the
+quarantine's own columns (reason, timestamp, line), and is then removed.  Rows of a quarantine
+file written before it recorded their lines are appended at the end, and the command says so.  A
+row the kernel CSV already holds, cell for cell, is not added twice, so the command can be
+repeated or re-run after an interruption.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ def run(args: argparse.Namespace) -> int:
     verb = "would restore" if args.dry_run else "restored"
     for item in files:
         note = f" ({item.already_there} already there)" if item.already_there else ""
+        if item.at_the_end:
+            note += (
+                f"; {item.at_the_end} of them appended at the end: {item.quarantine_file.name} was written"
+                " before quarantine files recorded each row's line"
+            )
         print(f"{item.quarantine_file.name}: {verb} {item.restored} row(s) into {item.kernel_csv.name}{note}")
     if not files:
         print(f"{args.directory}: no quarantine files")

@@ -50,6 +50,14 @@ def _split_records(text: str) -> Iterator[tuple[str, int]]:
         yield text[record_start:], record_line
 
 
+def _strip_terminator(record: str) -> str:
+    """A record's text without the one line break that ends it."""
+    for terminator in ("\r\n", "\n", "\r"):
+        if record.endswith(terminator):
+            return record[: -len(terminator)]
+    return record
+
+
 def _detect_newline(text: str) -> str:
     match = _LINE_BREAK.search(text)
     return match.group(0) if match else "\n"
@@ -65,7 +73,7 @@ class CsvTable:
     newline: str = "\n"
     bom: bool = False
     trailing_newline: bool = True
-    row_lines: list[int] = field(default_factory=list)
+    row_lines: list[int | None] = field(default_factory=list)  # None: a row added since
     _raw_header: str | None = None
     _raw_rows: list[str | None] = field(default_factory=list)
     _rows_removed: bool = False
@@ -151,8 +159,18 @@ class CsvTable:
         return all(cell.strip() == "" for cell in self.rows[row])
 
     def line_of(self, row: int) -> int | None:
-        """The 1-based line number of a row in the file it was read from (None if appended)."""
+        """The 1-based line number of a row in the file it was read from (None if added since)."""
         return self.row_lines[row] if row < len(self.row_lines) else None
+
+    def lines_in(self, row: int | None) -> int:
+        """How many lines the row's record (the header's, for None) takes when written now: more
+        than one where a quoted cell holds line breaks."""
+        if row is None:
+            raw, cells = self._raw_header, self.header
+        else:
+            raw, cells = self._raw_rows[row], self.rows[row]
+        text = raw if raw is not None else self._serialise(cells)
+        return 1 + len(_LINE_BREAK.findall(_strip_terminator(text)))
 
     # ----------------------------------------------------------------------------- changes
     def _pad(self, row: int) -> list[str]:
@@ -192,6 +210,19 @@ class CsvTable:
         self.rows.append([values.get(name, "") for name in self.header])
         self._raw_rows.append(None)
         return len(self.rows) - 1
+
+    def insert_row(self, position: int, values: Mapping[str, str]) -> int:
+        """Add a row before row ``position`` (at the end, past the last); the rows after it keep
+        their raw text and the lines they were read from."""
+        position = min(max(position, 0), len(self.rows))
+        unknown = [name for name in values if name not in self.header]
+        for name in unknown:
+            self.insert_column(name)
+        self.rows.insert(position, [values.get(name, "") for name in self.header])
+        self._raw_rows.insert(position, None)
+        if position <= len(self.row_lines):
+            self.row_lines.insert(position, None)
+        return position
 
     def delete_rows(self, indices: Iterable[int]) -> None:
         doomed = set(indices)

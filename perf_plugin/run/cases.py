@@ -183,6 +183,21 @@ def header_problem(table: CsvTable, path: Path) -> DatabaseError | None:
     return None
 
 
+def has_rows(table: CsvTable) -> bool:
+    """Whether the file holds a row at all (blank lines are none)."""
+    return any(not table.is_blank(index) for index in range(len(table)))
+
+
+def empty_files_note(paths: list[Path]) -> str:
+    """One line naming every file that holds a header and no rows.
+
+    Such a file gives no case: without a word, a database of only such files would end with
+    "no tests ran", and a selection meant to replay one would pass unnoticed.
+    """
+    files = "1 kernel CSV holds" if len(paths) == 1 else f"{len(paths)} kernel CSVs hold"
+    return f"{files} a header and no rows (nothing to replay): {', '.join(str(p) for p in paths)}"
+
+
 def unreadable_duration_note(table: CsvTable, path: Path) -> str | None:
     """One line naming the first duration cell that is neither a number nor empty, if any.
 
@@ -247,6 +262,7 @@ def load_case_set(
     database and call it the database."""
     result = CaseSet()
     unusable: list[UnusableFile] = []
+    empty: list[Path] = []  # header-only files, named in one line
     for path in csv_files if csv_files is not None else list_kernel_csvs(directory):
         kernel_type = path.stem
         try:
@@ -269,6 +285,9 @@ def load_case_set(
                 ref = CaseRef(f"{kernel_type}-line{line}", kernel_type, path.name, line, "")
                 result.cases.append(Case(ref, STATUS_FILE_ERROR, error.describe()))
             continue
+        if not has_rows(table):
+            empty.append(path)
+            continue
         notes = (unreadable_duration_note(table, path), extra_cells_note(table, path))
         result.messages.extend(note for note in notes if note is not None)
         replay = replay_lookup(kernel_type)
@@ -283,6 +302,8 @@ def load_case_set(
             elif case.status == STATUS_NO_REPLAY:
                 case = dataclasses.replace(case, reason=missing)
             result.cases.append(case)
+    if empty:
+        result.messages.append(empty_files_note(empty))
     if unusable:
         raise one_error(unusable)
     return result
@@ -347,4 +368,5 @@ def collect_case_set(state: RunState, extra_replay_modules: Iterable[Any] = ()) 
         world=group_world(state.settings, state.backend_name),
     )
     state.notes.extend(state.case_set.messages)
+    state.unsent_notes.extend(state.case_set.messages)  # an xdist worker's reach the controller
     return state.case_set

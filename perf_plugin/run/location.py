@@ -76,6 +76,11 @@ def seed_from_sample(location: DatabaseLocation, root: Path, lock_timeout: float
     if list_kernel_csvs(location.directory):
         return None
     if not location.derived:
+        # an explicit path is never created: a mistyped --perf-database-path must say what it is
+        if not location.directory.exists():
+            raise DatabaseError(f"database directory {location.directory} does not exist")
+        if not location.directory.is_dir():
+            raise DatabaseError(f"database directory {location.directory} is not a directory")
         raise DatabaseError("database directory has no kernel CSVs", path=location.directory)
     sample = shipped_sample_dir(root)
     sources = list_kernel_csvs(sample)
