@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Generator, Iterator
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from perf_plugin.run.controller_hooks import (
     CASE_PROPERTY,
     NOTES_PROPERTY,
     RESULTS_PROPERTY,
+    SELECTED_PROPERTY,
     ControllerHooks,
     case_of,
 )
@@ -28,6 +30,7 @@ from perf_plugin.run.crash_hooks import CrashHooks, isolate_in_worker
 from perf_plugin.run.expert_parallel import in_ep_session
 from perf_plugin.run.heap import freeze_heap, thaw_heap
 from perf_plugin.run.shard_hooks import ShardHooks
+from perf_plugin.run.summary_line import count_on_last_line
 from perf_plugin.run.location import DeviceIdentity
 from perf_plugin.run.progress import ProgressHooks
 from perf_plugin.run.report_retention import ReportRelease
@@ -44,7 +47,7 @@ from perf_plugin.run.setup import (
     pin_worker_device,
     start_run,
 )
-from perf_plugin.run.state import RUN_STATE, TesterState
+from perf_plugin.run.state import RUN_STATE, RunState, TesterState
 
 
 # ----------------------------------------------------------------------------- options
@@ -94,7 +97,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(lambda: thaw_heap(config))
     settings = options.resolve_settings(config)
     config.pluginmanager.register(CrashHooks(config), CRASH_HOOKS)
-    config.pluginmanager.register(ShardHooks(config, settings.shard), SHARD_HOOKS)
+    config.pluginmanager.register(ShardHooks(config, settings.shard, settings.rank_timeout), SHARD_HOOKS)
     candidate_hooks.register(config, settings)  # --perf-candidate only
     if is_worker(config):
         workerinput = config.workerinput  # type: ignore[attr-defined]
@@ -103,7 +106,9 @@ def pytest_configure(config: pytest.Config) -> None:
                 workerinput["perf_backend"], workerinput["perf_device_name"], workerinput.get("perf_accel_version")
             )
             pin_worker_device(identity, workerinput)
-            start_run(config, settings, lambda: identity)
+            state = start_run(config, settings, lambda: identity)
+            if state is not None:
+                _journal_in_worker(config, state, workerinput)
         return
     config.stash[SETTINGS] = settings
     config.pluginmanager.register(ControllerHooks(config), "perf-controller")
@@ -120,6 +125,18 @@ def pytest_configure(config: pytest.Config) -> None:
             no_local_workers(config)
 
 
+def _journal_in_worker(config: pytest.Config, state: RunState, workerinput: dict[str, Any]) -> None:
+    """Worker: its own journal of what it measured, and SIGTERM ending it through its session end
+    (which flushes the profiler into that journal), as Ctrl-C does."""
+    from perf_plugin.run.interrupt import sigterm_as_interrupt
+    from perf_plugin.run.worker_journal import open_worker_journal
+
+    state.worker_journal = open_worker_journal(workerinput)
+    if state.worker_journal is not None:
+        config.add_cleanup(state.worker_journal.close)  # kept: the controller takes it, or a later run
+        sigterm_as_interrupt(config)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:  # type: ignore[no-untyped-def]
     """Controller (xdist): hand the resolved device to each worker."""
@@ -130,6 +147,9 @@ def pytest_configure_node(node) -> None:  # type: ignore[no-untyped-def]
     node.workerinput["perf_backend"] = state.backend_name
     node.workerinput["perf_device_name"] = state.device_name
     node.workerinput["perf_device_count"] = device_count(state.backend_name)
+    from perf_plugin.run.worker_journal import WORKERINPUT_KEY, worker_input
+
+    node.workerinput[WORKERINPUT_KEY] = worker_input(state.control)
     state.control.workers += 1
 
 
@@ -204,6 +224,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state = config.stash.get(RUN_STATE, None)
     if state is None or config.option.collectonly:
         return
+    if is_worker(config):  # the controller counts what is left of the selection if interrupted
+        state.unsent_selection = sum(case_of(item) is not None for item in session.items)
     from perf_plugin.run.log_capture import skip_log_capture
 
     if skip_log_capture(config, session.items, lambda item: case_of(item) is not None, state.settings.replay_log_capture):
@@ -281,8 +303,13 @@ def pytest_runtest_makereport(
         tester.heap_refrozen = True
         freeze_heap(item.config)
     finished = tester.take_finished() if tester is not None else []
+    if finished and state.worker_journal is not None:
+        state.worker_journal.append(finished)  # on disk before it travels: an interrupt may drop the report
     if finished:
         report.user_properties.append((RESULTS_PROPERTY, [r.to_json() for r in finished]))
+    if state.unsent_selection is not None and is_worker(item.config):
+        report.user_properties.append((SELECTED_PROPERTY, state.unsent_selection))
+        state.unsent_selection = None
     if state.unsent_notes and is_worker(item.config):
         report.user_properties.append((NOTES_PROPERTY, list(state.unsent_notes)))
         state.unsent_notes.clear()
@@ -292,15 +319,30 @@ def pytest_runtest_makereport(
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Both: flush the collector; controller: write back, write reports, apply the coverage gate."""
-    config = session.config
-    state = config.stash.get(RUN_STATE, None)
+    state = session.config.stash.get(RUN_STATE, None)
     if state is None:
         return
+    from perf_plugin.run.interrupt import one_interrupt_absorbed
+
+    with one_interrupt_absorbed():  # Ctrl-C then torchrun's SIGTERM: the second must not cut the flush
+        _finish_session(session, exitstatus, state)
+
+
+def _finish_session(session: pytest.Session, exitstatus: int, state: RunState) -> None:
+    config = session.config
     remaining = state.tester.take_remaining() if state.tester is not None else []
     if is_worker(config):
+        if state.worker_journal is not None:
+            state.worker_journal.append(remaining)
         config.workeroutput[RESULTS_PROPERTY] = json.dumps([r.to_json() for r in remaining])  # type: ignore[attr-defined]
         return
     state.control.add_results(remaining)
+    from perf_plugin.run.worker_journal import absorb_worker_journals
+
+    recovered, lines = absorb_worker_journals(state.control)  # what an interrupt kept from reaching us
+    state.notes.extend(lines)
+    if recovered:
+        state.notes.append(f"{recovered} measured result(s) taken from the workers' journals (their reports never came)")
     from perf_plugin.profiling.msprof import is_msprof_child
     from perf_plugin.run.msprof_sessions import write_child_report
 
@@ -313,19 +355,40 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if shards is not None and not shards.writes_here(state):  # a torchrun rank other than 0
         from perf_plugin.run.recovery import settle_journal
 
-        # rank 0 journals them now: this rank's journal would only write them a second time
-        state.notes.extend(settle_journal(state.control, written=True))
-        state.notes.append("this rank's results went to rank 0, which writes the database and the reports")
+        # once rank 0 journaled them, this rank's journal would only write them a second time
+        state.notes.extend(settle_journal(state.control, written=shards.delivered))
+        state.notes.extend(shards.failures)
+        if shards.delivered:
+            state.notes.append("this rank's results went to rank 0, which writes the database and the reports")
+        else:
+            _fail(session)
         return
+    if shards is not None:  # rank 0: ranks whose results never came
+        state.notes.extend(shards.failures)
     command = ["pytest", *config.invocation_params.args]
-    outcome = finish_run(state, collect_only=bool(config.option.collectonly), command=command)
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    outcome = finish_run(state, collect_only=bool(config.option.collectonly), command=command, interrupted=interrupted)
     state.notes.extend(outcome.lines)
+    if outcome.interrupted is not None:  # pytest's last line says it too
+        count_on_last_line(config, "measured", outcome.interrupted.measured)
+        if not state.settings.no_writeback:
+            count_on_last_line(config, "written", outcome.interrupted.written)
+        count_on_last_line(config, "left for missing-only", outcome.interrupted.left)
     crashes = config.pluginmanager.get_plugin(CRASH_HOOKS)
     if crashes is not None:
         crashes.rerun_lost(session)  # after write-back: the re-run session writes its own rows
     if outcome.summary is not None:
         config.hook.pytest_perf_run_finished(config=config, summary=outcome.summary, notes=state.notes)
-    if outcome.coverage_failed or outcome.writeback_failed:
+    if outcome.coverage_failed:
+        # a reader of the closing line alone ("100 passed") would not see why the run failed
+        count_on_last_line(config, "coverage gate failed", 1)
+    if outcome.coverage_failed or outcome.writeback_failed or (shards is not None and shards.failures):
+        _fail(session)
+
+
+def _fail(session: pytest.Session) -> None:
+    """The run failed (a gate, write-back, a rank's results lost); an interrupted run stays one."""
+    if session.exitstatus != pytest.ExitCode.INTERRUPTED:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

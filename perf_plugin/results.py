@@ -288,3 +288,4 @@ class RunSummary:
     coverage_min: float | None = None
     coverage: float | None = None  # share of the selected rows that replayed and passed
     coverage_time: float | None = None  # the same, weighed by the rows' profiled time
+    interrupted: str | None = None  # an interrupted run: what it measured, wrote and left

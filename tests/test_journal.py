@@ -43,10 +43,12 @@ AVERAGE = "Average Duration(us)"
 
 SLOW_REPLAYS = '''
 """Tanh, slowly: each call sleeps, so a run of a few rows lasts long enough to be interrupted."""
+import os
 import time
 
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 
+SLEEP_S = float(os.environ.get("SLOW_TANH_S", "0.02"))
 
 class SlowTanhReplay(OpReplay):
     kernel_types = ("Tanh",)
@@ -59,7 +61,7 @@ class SlowTanhReplay(OpReplay):
         return (self.random(row.present_inputs[0], device, generator),)
 
     def run(self, x):
-        time.sleep(0.02)
+        time.sleep(SLEEP_S)
         return x.tanh()
 '''
 
@@ -81,12 +83,20 @@ def pytest_perf_replay_modules(config):
     return ["slow_replays"]
 
 
+def pytest_runtest_logreport(report):
+    # every case that passed, as the process that ran it saw it (an xdist worker's reports may
+    # never reach the controller once the run is interrupted)
+    if report.when == "call" and report.passed:
+        with open(HERE / "passed.txt", "a") as handle:
+            handle.write(report.nodeid + "\\n")
+
+
 _mark_done = journal.RunJournal.mark_done
 
 
 def _keep_a_copy(self):
     if self.started:
-        shutil.copyfile(self.path, HERE / "journal-at-end.jsonl")
+        shutil.copyfile(self.path, HERE / f"journal-at-end{os.environ.get('RANK', '')}.jsonl")  # torchrun: per rank
     _mark_done(self)
 
 
@@ -122,13 +132,20 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH")])), **(extra or {})}
 
 
-def start_bench(project: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+# pytest with Python's own SIGINT handler, whatever this process's is: a shell starts a background
+# job (`pytest tests &`, nohup, some CI runners) with SIGINT ignored, and a Python started with it
+# ignored never turns SIGINT into KeyboardInterrupt, which the signal tests depend on
+PYTEST_WITH_SIGINT = "import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler); sys.exit(pytest.main())"
+
+
+def start_bench(project: Path, *args: str, env: dict[str, str] | None = None, batch: int = 1,
+                own_group: bool = False) -> subprocess.Popen[str]:
     command = [
-        sys.executable, "-m", "pytest", "test_kernels.py", "--perf-database-path", "db", "--perf-repeat-count", "3",
-        "--perf-warmup-count", "1", "--perf-profile-batch-size", "1", "-p", "no:cacheprovider", *args,
+        sys.executable, "-c", PYTEST_WITH_SIGINT, "test_kernels.py", "--perf-database-path", "db", "--perf-repeat-count",
+        "3", "--perf-warmup-count", "1", "--perf-profile-batch-size", str(batch), "-p", "no:cacheprovider", *args,
     ]
     return subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=_env({"PYTHONPATH": str(project), **(env or {})}))
+                            env=_env({"PYTHONPATH": str(project), **(env or {})}), start_new_session=own_group)
 
 
 def run_bench(project: Path, *args: str) -> tuple[int, str]:
@@ -256,6 +273,83 @@ def test_a_signal_mid_run_writes_back_what_was_measured_and_missing_only_finishe
     assert f"{TOTAL_ROWS - len(results)} passed, {len(results)} skipped" in output, output
     assert_written(db, results)  # the interrupted run's values stay
     assert len(measured_lines(db)) == TOTAL_ROWS
+
+
+def _case_id(nodeid: str) -> str:
+    return nodeid.split("[", 1)[1][:-1]
+
+
+@pytest.mark.parametrize("signum,to_group", [(signal.SIGINT, True), (signal.SIGTERM, False)],
+                         ids=["Ctrl-C to the process group", "SIGTERM to pytest alone"])
+def test_an_interrupt_under_xdist_writes_back_every_case_a_worker_measured(
+    tmp_path: Path, signum: signal.Signals, to_group: bool
+) -> None:
+    """The workers' results sit in their profiler batches (32 cases a batch here) when the
+    interrupt comes: the workers flush them into their journals, the controller writes them."""
+    project = make_project(tmp_path / "project")
+    db = project / "db"
+    passed_file = project / "passed.txt"
+    process = start_bench(project, "-n", "2", batch=32, own_group=to_group, env={"SLOW_TANH_S": "0.1"})
+
+    def passed() -> set[str]:
+        return set(passed_file.read_text().split()) if passed_file.exists() else set()
+
+    wait_for(lambda: len(passed()) >= 3, process, timeout=180)
+    if to_group:
+        os.killpg(process.pid, signum)  # what a terminal's Ctrl-C does: every process of the run
+    else:
+        process.send_signal(signum)  # a scheduler's stop: the workers hear of it from xdist
+    output = process.communicate(timeout=120)[0]
+    assert process.returncode == pytest.ExitCode.INTERRUPTED, output
+
+    results = kept_results(read_journal(project / "journal-at-end.jsonl").results)
+    assert {_case_id(nodeid) for nodeid in passed()} <= {r.ref.case_id for r in results}, output
+    assert len(results) < TOTAL_ROWS, output  # the interrupt came mid-run
+    assert not pending_journals(db)  # the workers' journals were taken and removed
+    assert_written(db, results)
+    assert measured_lines(db) == lines_of(results)
+    summary = f"interrupted: {len(results)} case(s) measured, {len(results)} row(s) written, {TOTAL_ROWS - len(results)} case(s) left"
+    assert summary in output, output
+    last = output.strip().splitlines()[-1]
+    assert f"{len(results)} measured, {len(results)} written, {TOTAL_ROWS - len(results)} left for missing-only" in last, output
+
+
+TORCHRUN_WITH_SIGINT = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'torchrun'; runpy.run_module('torch.distributed.run', run_name='__main__', alter_sys=True)"
+)
+
+
+def test_ctrl_c_under_torchrun_writes_back_every_case_each_rank_measured(tmp_path: Path) -> None:
+    """Ctrl-C reaches every rank, then torchrun's agent sends them SIGTERM: each rank flushes
+    its profiler, the others hand their results to rank 0, and rank 0 writes them all."""
+    project = make_project(tmp_path / "project")
+    db = project / "db"
+    passed_file = project / "passed.txt"
+    command = [
+        sys.executable, "-c", TORCHRUN_WITH_SIGINT, "--standalone", "--nproc-per-node", "2", "-m", "pytest",
+        "test_kernels.py", "--perf-database-path", "db", "--perf-repeat-count", "3", "--perf-warmup-count", "1",
+        "-p", "no:cacheprovider",
+    ]
+    env = {k: v for k, v in _env({"PYTHONPATH": str(project), "SLOW_TANH_S": "0.1", "OMP_NUM_THREADS": "1"}).items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")}
+    process = subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=env, start_new_session=True)
+
+    def passed() -> set[str]:
+        return set(passed_file.read_text().split()) if passed_file.exists() else set()
+
+    wait_for(lambda: len(passed()) >= 3, process, timeout=180)
+    os.killpg(process.pid, signal.SIGINT)
+    output = process.communicate(timeout=120)[0]
+    results = kept_results(read_journal(project / "journal-at-end0.jsonl").results)  # rank 0's, with rank 1's
+    assert {_case_id(nodeid) for nodeid in passed()} <= {r.ref.case_id for r in results}, output
+    assert len(results) < TOTAL_ROWS, output
+    assert not pending_journals(db), output  # rank 1's journal went once rank 0 took its results
+    assert_written(db, results)
+    assert measured_lines(db) == lines_of(results)
+    assert "went to rank 0" in output, output
+    assert f"interrupted: {len(results)} case(s) measured, {len(results)} row(s) written, {TOTAL_ROWS - len(results)} case(s) left" in output, output
 
 
 # ----------------------------------------------------------------------------- a killed controller

@@ -66,6 +66,8 @@ def _facts(summary: RunSummary) -> list[str]:
         ("replay coverage", coverage),
         ("command", f"`{command}`"),
     ]
+    if summary.interrupted:
+        rows.insert(0, ("**interrupted**", summary.interrupted))
     return table(("run", "value"), rows)
 
 

@@ -175,6 +175,7 @@ def _replay_run(summary: RunSummary) -> dict[str, Any]:
         "coverage": summary.coverage,
         "coverage_time": summary.coverage_time,
         "coverage_min": summary.coverage_min,
+        "interrupted": summary.interrupted,
     }
 
 

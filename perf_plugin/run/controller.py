@@ -35,7 +35,8 @@ from perf_plugin.run.coverage import (
     WEIGHT_TIME,
     coverage_by_kernel,
     format_coverage,
-    overall_fraction,
+    gate_line,
+    total_coverage,
 )
 from perf_plugin.run.merge import export_run
 from perf_plugin.run.recovery import settle_journal
@@ -49,6 +50,7 @@ class FinishOutcome:
     summary: RunSummary | None = None  # None when nothing ran (collect-only, no records)
     coverage_failed: bool = False
     writeback_failed: bool = False
+    interrupted: "InterruptTally | None" = None  # set for an interrupted run
 
 
 def _timestamp() -> str:
@@ -121,24 +123,26 @@ def build_summary(state: RunState, command: list[str]) -> RunSummary:
     )
 
 
-def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None = None) -> FinishOutcome:
+def finish_run(
+    state: RunState,
+    *,
+    collect_only: bool,
+    command: list[str] | None = None,
+    interrupted: bool = False,
+) -> FinishOutcome:
+    """Write back, report, gate; for an interrupted run, say what it got done."""
     outcome = FinishOutcome()
+    rows_written = 0
     records = list(state.control.records.values())
     table = coverage_by_kernel(records)
-    fraction = overall_fraction(table, collect_only)
-    time_fraction = overall_fraction(table, collect_only, WEIGHT_TIME)
+    total = total_coverage(table)
+    fraction = total.row_fraction(collect_only)
+    time_fraction = total.fraction(collect_only, WEIGHT_TIME)  # None (null in the report): nothing profiled
     minimum = state.settings.replay_coverage_min
     if minimum is not None:
-        weight = state.settings.replay_coverage_weight
-        gated = time_fraction if weight == WEIGHT_TIME else fraction
-        what = "have a replay" if collect_only else "replayed and passed"
-        verdict = "below" if gated < minimum else "meets"
-        outcome.lines.append(
-            f"replay coverage: {100 * fraction:.1f}% of {len(records)} selected rows {what}, "
-            f"{100 * time_fraction:.1f}% of their profiled time"
-            f" ({verdict} --perf-replay-coverage-min {minimum:g} by {weight})"
-        )
-        if gated < minimum:
+        line, failed = gate_line(table, collect_only, minimum, state.settings.replay_coverage_weight)
+        outcome.lines.append(line)
+        if failed:
             outcome.coverage_failed = True
             outcome.lines.extend(format_coverage(table, collect_only))
     if collect_only or not records:
@@ -169,11 +173,16 @@ def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None
         summary.files, summary.gaps = files, gaps
         outcome.lines.extend(settle_journal(state.control, written=not outcome.writeback_failed))
         written = [f for f in files if f.written]
+        rows_written = sum(f.rows_updated + f.rows_appended for f in files)
         outcome.lines.append(
             f"write-back ({state.settings.update_mode}): {len(written)} file(s) written, "
             f"{sum(f.rows_updated for f in files)} rows updated, {sum(f.rows_appended for f in files)} appended, "
             f"{sum(f.rows_quarantined for f in files)} quarantined, {sum(f.rows_pruned for f in files)} pruned"
         )
+    if interrupted:
+        outcome.interrupted = interrupt_tally(state, rows_written)
+        summary.interrupted = outcome.interrupted.line(state.settings.no_writeback)
+        outcome.lines.append(summary.interrupted)
     summary.env = _env_spec(state.backend_name)
     try:
         paths = _write_reports(state.location.reports_dir, summary, timestamp)
@@ -181,6 +190,28 @@ def finish_run(state: RunState, *, collect_only: bool, command: list[str] | None
     except Exception as exc:  # noqa: BLE001 - a report problem must not hide the write-back's outcome
         outcome.lines.append(f"reports could not be written: {type(exc).__name__}: {exc}")
     return outcome
+
+
+@dataclass(frozen=True)
+class InterruptTally:
+    """What an interrupted run got done: the closing line's counts."""
+
+    measured: int  # cases with a measured duration, from whichever process measured them
+    written: int  # rows write-back updated or appended
+    left: int  # selected cases without a measurement: what --perf-update-mode missing-only runs
+
+    def line(self, no_writeback: bool) -> str:
+        written = "not written (--perf-no-writeback)" if no_writeback else f"{self.written} row(s) written"
+        return (
+            f"interrupted: {self.measured} case(s) measured, {written}, {self.left} case(s) left; "
+            "--perf-update-mode missing-only measures the rest"
+        )
+
+
+def interrupt_tally(state: RunState, rows_written: int) -> InterruptTally:
+    control = state.control
+    measured = sum(1 for r in control.results.values() if r.has_duration)
+    return InterruptTally(measured, rows_written, max(control.selected_cases - measured, 0))
 
 
 def _env_spec(backend: str) -> dict[str, Any]:

@@ -21,7 +21,9 @@ CASE_FIXTURE = "kernel_case"
 RESULTS_PROPERTY = "perf_results"
 CASE_PROPERTY = "perf_case"
 NOTES_PROPERTY = "perf_notes"
-TRANSPORT_PROPERTIES = frozenset({RESULTS_PROPERTY, NOTES_PROPERTY})  # carried by reports, not about them
+SELECTED_PROPERTY = "perf_selected"  # a worker's count of the replay cases its collection selected
+# carried by reports, not about them
+TRANSPORT_PROPERTIES = frozenset({RESULTS_PROPERTY, NOTES_PROPERTY, SELECTED_PROPERTY})
 
 
 def case_of(item: pytest.Item):  # type: ignore[no-untyped-def]
@@ -55,7 +57,7 @@ class ControllerHooks:
             return
         # what this plugin put there: a record's dict, lists of result dicts and of notes
         properties: dict[str, Any] = dict(report.user_properties) if report.user_properties else {}
-        if RESULTS_PROPERTY in properties or NOTES_PROPERTY in properties:
+        if not TRANSPORT_PROPERTIES.isdisjoint(properties):
             report.user_properties[:] = [p for p in report.user_properties if p[0] not in TRANSPORT_PROPERTIES]
         if report.when in ("setup", "call") and self.outcomes.get(report.nodeid) != "failed":
             if report.failed or report.skipped or report.when == "call":
@@ -68,6 +70,8 @@ class ControllerHooks:
             state.control.records[report.nodeid] = dataclasses.replace(record, outcome=outcome)
         if RESULTS_PROPERTY in properties:  # one batch: journaled in one write
             state.control.add_results(CaseResult.from_json(data) for data in properties[RESULTS_PROPERTY])
+        if SELECTED_PROPERTY in properties:  # every worker collects the whole selection
+            state.control.selected_cases = max(state.control.selected_cases, int(properties[SELECTED_PROPERTY]))
         for note in properties.get(NOTES_PROPERTY, []):
             if note not in state.notes:
                 state.notes.append(note)
@@ -124,9 +128,15 @@ class ControllerHooks:
         state.control.add_results(CaseResult.from_json(data) for data in json.loads(payload))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """With --collect-only the selected cases are the records (nothing runs)."""
+        """The selected replay cases counted (under xdist the workers send it); with
+        --collect-only they are the records (nothing runs)."""
         state = self.state
-        if not session.config.option.collectonly or state is None:
+        if state is None:
+            return
+        state.control.selected_cases = max(
+            state.control.selected_cases, sum(case_of(item) is not None for item in session.items)
+        )
+        if not session.config.option.collectonly:
             return
         for item in session.items:
             case = case_of(item)

@@ -12,12 +12,20 @@ where nobody else handles SIGTERM; removed when the run ends.
 ``signals_deferred`` holds SIGINT and SIGTERM back for a few statements that must not be cut in
 two: the controller taking a batch of results into its journal and its memory, so that a result
 the journal holds is one write-back writes (the journal is removed after write-back).
+
+``one_interrupt_absorbed`` covers a session's end (the profiler's flush, the ranks' gather,
+write-back): an interrupt rarely comes alone.  A terminal's Ctrl-C reaches every process of the
+run and then torchrun's agent sends its ranks SIGTERM; xdist interrupts a worker that is still
+busy five seconds after it was asked to stop, which may be in the middle of flushing what it
+measured.  The first such signal there is absorbed with a line on stderr; the next one ends the
+session at once, and the journals keep what was not written yet.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,3 +86,29 @@ def signals_deferred() -> Iterator[None]:
                 handler(signum, None)  # Python's SIGINT handler raises KeyboardInterrupt, as ours does
             elif handler == signal.SIG_DFL:
                 os.kill(os.getpid(), signum)
+
+
+@contextmanager
+def one_interrupt_absorbed() -> Iterator[None]:
+    """SIGINT or SIGTERM inside the block: the first is absorbed (a line says so), the next raises
+    ``KeyboardInterrupt`` as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    absorbed: list[int] = []
+
+    def absorb(signum: int, frame: FrameType | None) -> None:
+        if absorbed:
+            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+        absorbed.append(signum)
+        sys.stderr.write(
+            f"\nperf: {signal.Signals(signum).name} while the run writes back what it measured: finishing; "
+            "interrupt again to stop now (the run's journal keeps what is not written yet)\n"
+        )
+
+    previous = {number: signal.signal(number, absorb) for number in _DEFERRED}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

@@ -46,6 +46,8 @@ class ShardHooks:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
         state: RunState | None = config.stash.get(RUN_STATE, None)
+        if state is not None and state.controller is not None and self.shard.distributed:
+            state.control.selected_cases = self.total_cases  # rank 0 writes them all: what is left is of all
         if state is not None:
             cases = sum(case_of(item) is not None for item in keep)
             state.notes.append(f"{self.shard.describe()}: {cases} of {self.total_cases} replay case(s) here")

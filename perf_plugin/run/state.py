@@ -71,6 +71,7 @@ class ControllerState:
     workers: int = 0  # xdist workers (or msprof child workers) that ran cases
     journal: "RunJournal | None" = None  # every result on disk as it arrives (run.journal)
     journal_checked: bool = False  # run.recovery.begin_run ran (a run without a journal too)
+    selected_cases: int = 0  # replay cases the run selected (from a worker's collection under xdist)
 
     def add_result(self, result: CaseResult) -> None:
         self.add_results((result,))
@@ -133,7 +134,9 @@ class RunState:
     header_shown: bool = False  # the "perf:" lines of the report header were printed
     case_set: "CaseSet | None" = None
     unsent_notes: list[str] = field(default_factory=list)  # an xdist worker's notes not yet sent
+    unsent_selection: int | None = None  # an xdist worker's count of selected replay cases, not yet sent
     tester: TesterState | None = None  # set once this process runs its first case
+    worker_journal: "RunJournal | None" = None  # an xdist worker's own (run.worker_journal)
 
     @property
     def control(self) -> ControllerState:
