@@ -15,7 +15,7 @@ checkout of the repository (it samples the fixture under ``tests/fixtures``).
 
 Expected output: the generated file's size, the parse and aggregate times with rows/s, the
 aggregated rows and kernel types, the peak memory, and for 1,000,000 rows or more whether the
-targets were met: parse + aggregate under 7 s and peak memory under 1 GiB (README, "Measured":
+targets were met: parse + aggregate under 7 s and peak memory under 1 GiB (docs/measured.md, "Measured":
 3.6 s and 664 MiB on a 2-core CPU machine).  Exit status 1 when a target is missed.
 """
 

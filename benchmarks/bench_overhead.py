@@ -27,7 +27,7 @@ runs ``bench/test_kernels.py``).
 
 Expected output: a line per round, then the medians: whole-run wall time, cases/s and peak RSS
 of the bare loop and the pytest run and their ratio (target at most 1.2), the marginal cost per
-case, pytest's own floor (an empty parametrized test), the steady-state figures README.md
+case, pytest's own floor (an empty parametrized test), the steady-state figures docs/measured.md
 reports under "Measured" (bare loop and pytest per case, their ratio, cases/s, what the harness
 adds beyond pytest's own), the garbage collector's share and pytest's exit code.  With
 ``--memory-only``: the pytest run's wall time, peak RSS and peak device memory; with

@@ -1,6 +1,6 @@
 """Coverage of a real profile: the Ascend Level2 training profile, ingested and replayed on the CPU.
 
-Reproduces README.md, "Coverage of real profiles", first item: of the 109 rows that
+Reproduces docs/coverage.md, "Coverage of real profiles", first item: of the 109 rows that
 ``perfdb ingest`` makes of ``tests/fixtures/ascend/kernel_details_level2_llm_train.csv`` (a
 real CANN 8.3 Level2 profile of an LLM training step), 108 replay and pass on the CPU (99.1 %
 of the rows), 99.2 % of the profile's compute time; the row left is a MemSet (a memory

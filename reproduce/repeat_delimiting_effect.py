@@ -1,6 +1,6 @@
 """Does delimiting every repeat change the measured durations?  Paired cases, same session.
 
-Reproduces README.md, "What a row holds after a run": on the CPU the per-repeat ranges of
+Reproduces docs/database.md, "What a row holds after a run": on the CPU the per-repeat ranges of
 ``--repeat-markers`` lengthen a small op's profiled time "by 3.5-4 % for a few-microsecond Add,
 the median over 400 paired rows" (a ratio of 0.960-0.966, repeats delimited as a whole over
 every repeat delimited).

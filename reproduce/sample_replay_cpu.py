@@ -1,6 +1,6 @@
 """``pytest bench`` on the shipped sample database, on the CPU: rows replayed and wall time.
 
-Reproduces README.md, "Measured", on the 2-core x86 CPU machine: "``pytest bench`` on the
+Reproduces docs/measured.md, "Measured", on the 2-core x86 CPU machine: "``pytest bench`` on the
 shipped sample: 100 passed in 44-85 s depending on the day's machine (large real GEMM shapes on
 two cores: the three slowest cases, 4096x6144x1024 bf16 GEMMs at ~0.15 s per call, take 6-7 s
 each)".

@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,61 @@ def test_bad_input_is_one_usage_error(
     result.stderr.fnmatch_lines([message])
     assert "Traceback" not in result.stderr.str()
     assert not (collectives.path / "database").exists()
+
+
+# ----------------------------------------------------------------------------- nothing left behind
+HOLD_CONFTEST = '''
+import os
+import time
+from pathlib import Path
+
+
+def pytest_collection_finish(session):
+    rank = os.environ.get("RANK")
+    if rank is not None:  # a rank: say who it is, then hold the run (as a long collective would)
+        (Path(__file__).parent / "pids" / rank).write_text(str(os.getpid()))
+        time.sleep(600)
+'''
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for a parent that may never reap it."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return fields[0] != "Z"
+
+
+def _rank_pids(root: Path, count: int, process: subprocess.Popen[str]) -> list[int]:
+    deadline = time.monotonic() + 120
+    while len(list((root / "pids").iterdir())) < count:
+        assert process.poll() is None, process.communicate()[0]
+        assert time.monotonic() < deadline, "the ranks never started"
+        time.sleep(0.1)
+    return [int(p.read_text()) for p in (root / "pids").iterdir()]
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="ranks die with their parent through Linux's PR_SET_PDEATHSIG")
+@pytest.mark.parametrize("form", ["comm-nproc", "torchrun"])
+def test_killing_the_launcher_outright_leaves_no_rank_behind(tmp_path: Path, bench_dir: Path, form: str) -> None:
+    (tmp_path / "conftest.py").write_text(HOLD_CONFTEST)
+    (tmp_path / "pids").mkdir()
+    pytest_args = [str(bench_dir), "-m", "comm", "-p", "no:cacheprovider", *plugin_args(), "--bytes-grid", "1K"]
+    if form == "comm-nproc":
+        command = [sys.executable, "-m", "pytest", *pytest_args, "--comm-nproc", "2"]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                   str(free_port()), "-m", "pytest", *pytest_args]
+    process = subprocess.Popen(command, cwd=tmp_path, env=child_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    pids = _rank_pids(tmp_path, 2, process)
+    process.kill()  # kill -9: no handler of its own runs
+    process.communicate(timeout=30)
+    deadline = time.monotonic() + 60
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in pids if _alive(pid)]
+    for pid in left:
+        os.kill(pid, 9)
+    assert not left, f"ranks {left} outlived their launcher"

@@ -1,6 +1,6 @@
 """Which cache mode lands closest to the durations kernels had inside a real model run?
 
-Reproduces README.md, "Measured" (H100), "Cache modes against in-model durations": a 4-layer
+Reproduces docs/measured.md, "Measured" (H100), "Cache modes against in-model durations": a 4-layer
 Llama-3.1-8B prefill of 512 tokens and decode of 16 tokens, bf16, profiled and ingested, then
 replayed in each mode; microbench / in-model, geometric mean over rows and ratio of sums: decode
 warm 0.79 / 0.86, rotate 0.96 / 0.96, cold 1.16 / 1.17; prefill warm 0.84 / 0.91, rotate 1.11 /

@@ -1,6 +1,6 @@
 """Ways of driving torch.profiler for many small cases, side by side: cost per case and agreement.
 
-Reproduces README.md, "Measured", the profiler's cost per small case: on the 2-core x86 CPU
+Reproduces docs/measured.md, "Measured", the profiler's cost per small case: on the 2-core x86 CPU
 machine "Profiler use per small case" (repeats alone 0.21-0.33 ms; the collector as it is, 31
 events per case, 0.72-0.90 ms; a range per repeat, 60 events, 1.13-1.25 ms; collection on for
 the whole batch, 141 events, 1.75-1.77 ms), and on the H100 the profiler's share of the bare

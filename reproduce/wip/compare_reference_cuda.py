@@ -13,7 +13,7 @@ For about a dozen kernels from ~2 us to ~5 ms:
 3. reference B, Nsight Compute's ``gpu__time_duration.sum`` of the same bare call (only for
    kernels of 20 us and more: below that ncu's figure includes its own replay overhead).
 
-Reproduces README.md, "Measured" (H100), the table "Harness vs a CUPTI trace of a bare script"
+Reproduces docs/measured.md, "Measured" (H100), the table "Harness vs a CUPTI trace of a bare script"
 (12 kernels, 50 repeats, warm cache, medians of alternating rounds; the columns verify-first,
 idle 3 s run 1 and run 2, and ``@start``), the run with neither option (7 of 12 within 2 %), and
 the Nsight Compute figures of the first note.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA measurements README.md reports ("Measured", the NVIDIA H100 part), on one machine with
+# The CUDA measurements docs/measured.md reports ("Measured", the NVIDIA H100 part), on one machine with
 # an NVIDIA GPU and torch built for it: the project's tests, `pytest bench` on the shipped sample,
 # and the benchmark and reproduction scripts behind the other figures, one step each.
 #

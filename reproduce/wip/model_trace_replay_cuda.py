@@ -1,6 +1,6 @@
 """A model run profiled, ingested and replayed: rows, kernel types and replays per phase (CUDA).
 
-Reproduces README.md, "Measured" (H100), "A model run ingested and replayed": 4 decoder layers
+Reproduces docs/measured.md, "Measured" (H100), "A model run ingested and replayed": 4 decoder layers
 of Llama-3.1-8B (random weights), bf16, 3 forward passes each of a 512-token prefill and a
 16-token decode, profiled with torch.profiler and ingested: 23 rows per phase in 14 kernel types;
 ``pytest bench --perf-backend cuda`` on that database replays and verifies 19 of the 23, the

@@ -1,6 +1,6 @@
 """How much a short kernel's CUPTI duration depends on which input tensor it reads (CUDA).
 
-Reproduces README.md, "Measured" (H100), the reference comparison's third note: "Which tensor a
+Reproduces docs/measured.md, "Measured" (H100), the reference comparison's third note: "Which tensor a
 short kernel reads moves its duration by about 2 % either way (``reference_input_sensitivity.py``:
 one bare loop, two inputs of the same shape and value distribution; 4 runs each, run-to-run
 spread 0.3 %): the cast 10.24 vs 10.06 us (0.982), the mixed add 17.99 vs 18.34 us (1.019)".

@@ -1,6 +1,6 @@
 """Whether a bare CUPTI loop's timing depends on where its session starts (CUDA).
 
-Reproduces README.md, "Measured" (H100), the reference comparison's second note: "in a fresh
+Reproduces docs/measured.md, "Measured" (H100), the reference comparison's second note: "in a fresh
 process (``reference_session_style.py``, three sessions of each style on the same tensors, two
 processes) the cast took 10.24-10.30 us and the mixed add 17.45-17.56 us whether the session
 started before or after the warm-up calls".
