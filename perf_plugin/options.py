@@ -85,8 +85,7 @@ def _positive_int(text: str) -> int:
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
+    if not (value := float(text)) > 0:
         raise ValueError(f"{text!r} is not a positive number")
     return value
 
@@ -188,14 +187,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         flag=True,
     ),
     OptionSpec("lock-timeout", "seconds to wait for another session's database lock", 60.0, float),
-    OptionSpec(
-        "rank-timeout",
-        "under torchrun: seconds a rank may go without progress (no case started or finished, no step of "
-        "its session end) while another waits on it for its results; then the waiting rank names it and "
-        "the step it was at, writes what arrived, and the run fails",
-        300.0,
-        _positive_float,
-    ),
+    OptionSpec("rank-timeout", "under torchrun: seconds a rank may go without progress (no case started or finished, "
+               "no step of its session end) while another waits on it for its results; then the waiting rank names "
+               "it and the step it was at, writes what arrived, and the run fails", 300.0, _positive_float),
     OptionSpec(
         "isolate",
         "run the cases in a child process (one pytest-xdist worker) that is replaced when a case takes it "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Generator, Iterator
-from typing import Any
 
 import pytest
 
@@ -108,7 +107,9 @@ def pytest_configure(config: pytest.Config) -> None:
             pin_worker_device(identity, workerinput)
             state = start_run(config, settings, lambda: identity)
             if state is not None:
-                _journal_in_worker(config, state, workerinput)
+                from perf_plugin.run.worker_journal import start_worker_journal
+
+                start_worker_journal(config, state, workerinput)
         return
     config.stash[SETTINGS] = settings
     config.pluginmanager.register(ControllerHooks(config), "perf-controller")
@@ -123,18 +124,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
         if state is not None and external_mode(settings.prof_path, state.backend_name) and not config.option.collectonly:
             no_local_workers(config)
-
-
-def _journal_in_worker(config: pytest.Config, state: RunState, workerinput: dict[str, Any]) -> None:
-    """Worker: its own journal of what it measured, and SIGTERM ending it through its session end
-    (which flushes the profiler into that journal), as Ctrl-C does."""
-    from perf_plugin.run.interrupt import sigterm_as_interrupt
-    from perf_plugin.run.worker_journal import open_worker_journal
-
-    state.worker_journal = open_worker_journal(workerinput)
-    if state.worker_journal is not None:
-        config.add_cleanup(state.worker_journal.close)  # kept: the controller takes it, or a later run
-        sigterm_as_interrupt(config)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -7,6 +7,7 @@ dropped, ``\\``-continued lines are joined, whitespace does not count. Each comm
 (a) a key of ``RUN``: a test below runs it for real on the CPU, in a copy of the project (bench/,
     the shipped database) made once per session, adapted as little as it takes: ``-k`` narrowed to
     a few small cases, 2 timed repeats after 1 warm-up (``PERF_REPEAT_COUNT``/``PERF_WARMUP_COUNT``),
+    on the CPU whatever the host has (``PERF_BACKEND``),
     placeholders such as ``DIR`` filled with temporary directories;
 (b) a whole line, or a whole quoted string, of a script under reproduce/ (whitespace aside): the
     script runs it (too long, or needing the package index, for this module); or
@@ -315,6 +316,9 @@ def sh(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], project: P
     monkeypatch.setenv("PERF_REPEAT_COUNT", "2")
     monkeypatch.setenv("PERF_WARMUP_COUNT", "1")
     monkeypatch.setenv("PERF_PROGRESS_INTERVAL", "0")
+    # the commands run on the CPU whatever this host has: on a GPU host the derived database
+    # would be the GPU's, not the shipped sample these tests read back
+    monkeypatch.setenv("PERF_BACKEND", "cpu")
     yield Shell(pytester, capsys, project)
 
 

@@ -278,12 +278,7 @@ def load_case_set(
         error = header_problem(table, path)
         if error is not None:
             result.messages.append(error.describe())
-            for index in range(len(table)):
-                if table.is_blank(index):
-                    continue
-                line = table.line_of(index)
-                ref = CaseRef(f"{kernel_type}-line{line}", kernel_type, path.name, line, "")
-                result.cases.append(Case(ref, STATUS_FILE_ERROR, error.describe()))
+            result.cases.extend(_file_error_cases(kernel_type, table, path, error.describe()))
             continue
         if not has_rows(table):
             empty.append(path)
@@ -307,6 +302,17 @@ def load_case_set(
     if unusable:
         raise one_error(unusable)
     return result
+
+
+def _file_error_cases(kernel_type: str, table: CsvTable, path: Path, reason: str) -> list[Case]:
+    """Every row of a file whose header is wrong: a case each, failing with the file's reason."""
+    cases = []
+    for index in range(len(table)):
+        if not table.is_blank(index):
+            line = table.line_of(index)
+            ref = CaseRef(f"{kernel_type}-line{line}", kernel_type, path.name, line, "")
+            cases.append(Case(ref, STATUS_FILE_ERROR, reason))
+    return cases
 
 
 def _numbered(case: Case, base_id: str, seen: dict[str, int]) -> Case:

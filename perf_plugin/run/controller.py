@@ -40,7 +40,7 @@ from perf_plugin.run.coverage import (
 )
 from perf_plugin.run.merge import export_run
 from perf_plugin.run.recovery import settle_journal
-from perf_plugin.run.state import RunState
+from perf_plugin.run.state import CaseRecord, RunState
 from perf_plugin.run.writeback import WritebackRequest, write_back
 
 
@@ -132,7 +132,6 @@ def finish_run(
 ) -> FinishOutcome:
     """Write back, report, gate; for an interrupted run, say what it got done."""
     outcome = FinishOutcome()
-    rows_written = 0
     records = list(state.control.records.values())
     table = coverage_by_kernel(records)
     total = total_coverage(table)
@@ -154,31 +153,7 @@ def finish_run(
     summary.coverage, summary.coverage_time = fraction, time_fraction
     timestamp = _timestamp()
     outcome.lines.extend(export_run(state, summary.results, timestamp))  # --perf-results-out
-    if not state.settings.no_writeback:
-        request = WritebackRequest(
-            directory=state.location.directory,
-            update_mode=state.settings.update_mode,
-            prune_empty_duration_rows=state.settings.prune_empty_duration_rows,
-            timestamp=timestamp,
-            lock_timeout=state.settings.lock_timeout,
-        )
-        try:
-            files, gaps = write_back(
-                request, summary.results, summary.quarantined, scope={r.ref.csv_file for r in records}
-            )
-        except (DatabaseError, OSError) as exc:
-            outcome.writeback_failed = True
-            outcome.lines.append(f"write-back failed, database left as it was: {exc}")
-            files, gaps = [], []
-        summary.files, summary.gaps = files, gaps
-        outcome.lines.extend(settle_journal(state.control, written=not outcome.writeback_failed))
-        written = [f for f in files if f.written]
-        rows_written = sum(f.rows_updated + f.rows_appended for f in files)
-        outcome.lines.append(
-            f"write-back ({state.settings.update_mode}): {len(written)} file(s) written, "
-            f"{sum(f.rows_updated for f in files)} rows updated, {sum(f.rows_appended for f in files)} appended, "
-            f"{sum(f.rows_quarantined for f in files)} quarantined, {sum(f.rows_pruned for f in files)} pruned"
-        )
+    rows_written = 0 if state.settings.no_writeback else _write_back(state, summary, records, timestamp, outcome)
     if interrupted:
         outcome.interrupted = interrupt_tally(state, rows_written)
         summary.interrupted = outcome.interrupted.line(state.settings.no_writeback)
@@ -190,6 +165,34 @@ def finish_run(
     except Exception as exc:  # noqa: BLE001 - a report problem must not hide the write-back's outcome
         outcome.lines.append(f"reports could not be written: {type(exc).__name__}: {exc}")
     return outcome
+
+
+def _write_back(
+    state: RunState, summary: RunSummary, records: list[CaseRecord], timestamp: str, outcome: FinishOutcome
+) -> int:
+    """The run's results into the CSVs (the journal settled after); the rows written."""
+    request = WritebackRequest(
+        directory=state.location.directory,
+        update_mode=state.settings.update_mode,
+        prune_empty_duration_rows=state.settings.prune_empty_duration_rows,
+        timestamp=timestamp,
+        lock_timeout=state.settings.lock_timeout,
+    )
+    try:
+        files, gaps = write_back(request, summary.results, summary.quarantined, scope={r.ref.csv_file for r in records})
+    except (DatabaseError, OSError) as exc:
+        outcome.writeback_failed = True
+        outcome.lines.append(f"write-back failed, database left as it was: {exc}")
+        files, gaps = [], []
+    summary.files, summary.gaps = files, gaps
+    outcome.lines.extend(settle_journal(state.control, written=not outcome.writeback_failed))
+    written = [f for f in files if f.written]
+    outcome.lines.append(
+        f"write-back ({state.settings.update_mode}): {len(written)} file(s) written, "
+        f"{sum(f.rows_updated for f in files)} rows updated, {sum(f.rows_appended for f in files)} appended, "
+        f"{sum(f.rows_quarantined for f in files)} quarantined, {sum(f.rows_pruned for f in files)} pruned"
+    )
+    return sum(f.rows_updated + f.rows_appended for f in files)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import filelock
+import pytest
 
+from perf_plugin.run.interrupt import sigterm_as_interrupt
 from perf_plugin.run.journal import (
     JOURNAL_SUFFIX,
     JournalHeader,
@@ -30,7 +32,7 @@ from perf_plugin.run.journal import (
     lock_path_of,
     read_journal,
 )
-from perf_plugin.run.state import ControllerState
+from perf_plugin.run.state import ControllerState, RunState
 
 WORKERINPUT_KEY = "perf_journal"
 LOCK_WAIT_S = 5.0  # a worker still exiting holds its journal's lock this long at most, in practice
@@ -52,6 +54,15 @@ def open_worker_journal(workerinput: dict[str, Any]) -> RunJournal | None:
         return None
     worker = str(workerinput.get("workerid", "gw0"))
     return RunJournal(Path(data["dir"]), f"{data['run_id']}.{worker}", JournalHeader.from_json(data["header"]))
+
+
+def start_worker_journal(config: pytest.Config, state: RunState, workerinput: dict[str, Any]) -> None:
+    """Worker: its own journal of what it measured, and SIGTERM ending it through its session end
+    (which flushes the profiler into that journal), as Ctrl-C does."""
+    state.worker_journal = open_worker_journal(workerinput)
+    if state.worker_journal is not None:
+        config.add_cleanup(state.worker_journal.close)  # kept: the controller takes it, or a later run
+        sigterm_as_interrupt(config)
 
 
 def worker_journals(control: ControllerState) -> list[Path]:
