@@ -176,8 +176,8 @@ def lost(run: Run) -> int:
 def failed(run: Run) -> bool:
     if run.hung:
         return True
-    if run.scenario == "interrupt":
-        return run.code not in (0, 2) or lost(run) > 0  # 2: interrupted
+    if run.scenario == "interrupt":  # 2: interrupted; a journal left holds results this run did not write
+        return run.code not in (0, 2) or lost(run) > 0 or run.counts.get("journals left", 0) > 0
     if run.scenario == "comm":
         return run.code != 0 or run.counts.get("csvs", 0) != 4
     return run.code != 0
@@ -227,7 +227,7 @@ def main() -> int:
         runs.append(run)
         print(describe(run), flush=True)
         if failed(run):
-            print("\n".join(run.output.splitlines()[-15:]), flush=True)
+            print("\n".join(run.output.splitlines()[-40:]), flush=True)
 
     for _ in range(args.comm_runs):
         for form in ("comm-nproc", "torchrun"):

@@ -384,7 +384,7 @@ def _fail(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
     """Controller: what was written where, and the coverage table when the gate failed."""
     state = config.stash.get(RUN_STATE, None)
-    if state is None or state.controller is None or not state.controller.records:
+    if state is None or state.controller is None or not (state.controller.records or state.controller.results):
         return
     terminalreporter.section("perf")
     terminalreporter.write_line(f"database: {state.location.directory}")

@@ -319,6 +319,7 @@ def sh(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], project: P
     # the commands run on the CPU whatever this host has: on a GPU host the derived database
     # would be the GPU's, not the shipped sample these tests read back
     monkeypatch.setenv("PERF_BACKEND", "cpu")
+    monkeypatch.setenv("PERF_TORCH_VERSION", SAMPLE.name.removeprefix("torch"))  # the sample's, whatever torch runs
     yield Shell(pytester, capsys, project)
 
 

@@ -144,7 +144,8 @@ def finish_run(
         if failed:
             outcome.coverage_failed = True
             outcome.lines.extend(format_coverage(table, collect_only))
-    if collect_only or not records:
+    # results without records: an interrupt stopped the workers' reports, their journals kept the results
+    if collect_only or not (records or state.control.results):
         outcome.lines.extend(settle_journal(state.control, written=False))
         return outcome
 
