@@ -342,7 +342,9 @@ def test_ctrl_c_under_torchrun_writes_back_every_case_each_rank_measured(tmp_pat
     wait_for(lambda: len(passed()) >= 3, process, timeout=180)
     os.killpg(process.pid, signal.SIGINT)
     output = process.communicate(timeout=120)[0]
-    results = kept_results(read_journal(project / "journal-at-end0.jsonl").results)  # rank 0's, with rank 1's
+    at_end = project / "journal-at-end0.jsonl"  # rank 0's, with rank 1's
+    assert at_end.exists(), output
+    results = kept_results(read_journal(at_end).results)
     assert {_case_id(nodeid) for nodeid in passed()} <= {r.ref.case_id for r in results}, output
     assert len(results) < TOTAL_ROWS, output
     assert not pending_journals(db), output  # rank 1's journal went once rank 0 took its results

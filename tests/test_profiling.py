@@ -234,6 +234,36 @@ def test_cpu_collector_measures_real_profiled_ops_in_batches() -> None:
     assert result.kernels[0].calls_per_repeat == pytest.approx(1.0)
 
 
+def test_an_interrupt_while_a_profiler_session_starts_leaves_the_collector_able_to_finish(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C can land inside the profiler's start (seen on an H100 under torchrun): the session
+    end must still flush the cases measured before, not fail on a session never started."""
+    import torch
+    from torch.profiler import profile
+
+    collector = TorchProfilerCollector(CpuBackend(), batch_size=2)
+    a = torch.rand(16, 16)
+    measured = Case(CaseRef("case0", "MatMulV2", "MatMulV2.csv", 2, "sig"), STATUS_READY)
+    collector.measure(measured.ref, lambda: torch.mm(a, a), repeats=2)
+    collector.measure(measured.ref, lambda: torch.mm(a, a), repeats=2)
+    first = collector.drain()  # the batch is stopped; the next case starts a session
+    enter = profile.__enter__
+
+    def interrupted_enter(self: Any) -> Any:
+        raise KeyboardInterrupt  # before the session was initialized (torch imports lazily there)
+
+    monkeypatch.setattr(profile, "__enter__", interrupted_enter)
+    cut = Case(CaseRef("case1", "MatMulV2", "MatMulV2.csv", 3, "sig"), STATUS_READY)
+    with pytest.raises(KeyboardInterrupt):
+        collector.measure(cut.ref, lambda: torch.mm(a, a), repeats=2)
+    monkeypatch.setattr(profile, "__enter__", enter)
+    assert [(r.ref.case_id, r.outcome) for r in first] == [("case0", "passed")] * 2
+    assert collector.finish() == []  # nothing measured since: the half-started session is gone
+    with profile(activities=[torch.profiler.ProfilerActivity.CPU]):  # the process can profile again
+        torch.mm(a, a)
+
+
 def test_cpu_collector_records_only_the_timed_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 

@@ -148,11 +148,19 @@ class TorchProfilerCollector:
         if self._profiler is None:
             from torch.profiler import profile
 
-            self._profiler = profile(activities=self._activities, record_shapes=False, with_stack=False)
-            with quiet_native_stderr(), warnings.catch_warnings():
-                # "Profiler clears events at the end of each cycle": intended, one session per batch
-                warnings.simplefilter("ignore", UserWarning)
-                self._profiler.__enter__()
+            profiler: Any = profile(activities=self._activities, record_shapes=False, with_stack=False)
+            try:
+                with quiet_native_stderr(), warnings.catch_warnings():
+                    # "Profiler clears events at the end of each cycle": intended, one session per batch
+                    warnings.simplefilter("ignore", UserWarning)
+                    profiler.__enter__()
+            except BaseException:
+                # Ctrl-C in the middle of the start: a session half started is no session to stop
+                # later (torch: "Profiler must be initialized before stopping trace")
+                with contextlib.suppress(Exception), quiet_native_stderr():
+                    profiler.__exit__(None, None, None)
+                raise
+            self._profiler = profiler
             if self._toggles and not hasattr(self._profiler, "toggle_collection_dynamic"):
                 self._toggles = False  # an older torch: everything is recorded, attribution is the same
             self._collect(False)
@@ -263,18 +271,19 @@ class TorchProfilerCollector:
             self._flush_batch()
 
     def _flush_batch(self) -> None:
-        if not self._pending:
-            self._stop()
-            return
-        events = self._stop()
-        error = None
+        timings: dict[tuple[int, int], RepeatTiming] = {}
+        error: str | None = None
         case_errors: dict[int, str] = {}
-        if self._marker is not None:
-            timings, error, case_errors = attribute_by_markers(events, self._segments)
-            self._segments = []
-        else:
-            timings, error, case_errors = attribute_cpu_ops(events, self._span_repeats)
-            self._span_repeats = {}
+        try:
+            events = self._stop()
+        except (RuntimeError, AssertionError) as exc:  # torch's profiler state broken, by an interrupt say
+            events, error = [], f"the profiler session could not be stopped: {type(exc).__name__}: {exc}"
+        if error is None and self._pending:
+            if self._marker is not None:
+                timings, error, case_errors = attribute_by_markers(events, self._segments)
+            else:
+                timings, error, case_errors = attribute_cpu_ops(events, self._span_repeats)
+        self._segments, self._span_repeats = [], {}
         del events
         for pending in self._pending:
             self._ready.append(self._result(pending, {} if error else timings, error or case_errors.get(pending.number)))
