@@ -37,6 +37,7 @@ import pandas  # noqa: F401  (imported once, before pytester's in-process runs r
 import pytest
 
 from perf_plugin.cli import main as perfdb_main
+from tests.test_fia_runtime import decode_call  # one 128-request decode step, as vLLM-Ascend records it
 
 # pytester restores sys.modules after each in-process run, so torch re-imports a few modules and warns again
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
@@ -574,24 +575,11 @@ def test_perfdb_restore_quarantine(sh: Shell, tmp_path: Path) -> None:
     assert [r["Input Shapes"] for r in rows(directory / "MatMulV2.csv")] == ['"32,64;64,16"', '"32,x;64,16"']
 
 
-def _decode_call(kv_lens: list[int]) -> dict[str, object]:
-    """One npu_fused_infer_attention_score call as vLLM-Ascend's instrumentation records it
-    (the format of tests/test_fia_runtime.py): a 128-request paged TND decode step."""
-    return {
-        "op_name": "npu_fused_infer_attention_score", "attn_variant": "standard", "source_file": "attention_v1.py",
-        "timestamp_ns": 1774356338436082859, "query_shape": [128, 4, 128], "key_shape": [12307, 128, 128],
-        "value_shape": [12307, 128, 128], "atten_mask_shape": [2048, 2048], "block_table_shape": [128, 512],
-        "actual_seq_lengths": list(range(1, 129)), "actual_seq_lengths_kv": kv_lens,
-        "block_table_valid_blocks": [(n + 127) // 128 for n in kv_lens], "num_heads": 4, "num_key_value_heads": 1,
-        "input_layout": "TND", "sparse_mode": 3, "block_size": 128, "scale": 0.08838834764831845,
-    }  # fmt: skip
-
-
 def test_perfdb_fia_runtime(sh: Shell, project: Path, tmp_path: Path) -> None:
     directory = tmp_path / "db"
     directory.mkdir()
     shutil.copy(FIXTURES / "ascend" / "db_row_FusedInferAttentionScore.csv", directory / "FusedInferAttentionScore.csv")
-    (project / "fia_runtime_metadata.jsonl").write_text(json.dumps(_decode_call([2000] * 128)) + "\n")
+    (project / "fia_runtime_metadata.jsonl").write_text(json.dumps(decode_call([2000] * 128)) + "\n")
     done = sh.perfdb(documented("perfdb fia-runtime DIR --jsonl fia_runtime_metadata.jsonl").replace("DIR", str(directory)))
     assert done.ret == 0, done.out
     column = "Runtime actual_seq_lengths_kv_values"

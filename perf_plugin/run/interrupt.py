@@ -27,9 +27,10 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -59,6 +60,21 @@ _DEFERRED = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextmanager
+def _signals_handled_by(handler: Callable[[int, FrameType | None], None]) -> Iterator[dict[int, Any]]:
+    """SIGINT and SIGTERM go to ``handler`` inside the block (the main thread's only: Python runs
+    handlers there); yields the handlers they had, which come back when it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield {}
+        return
+    previous: dict[int, Any] = {number: signal.signal(number, handler) for number in _DEFERRED}
+    try:
+        yield previous
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+@contextmanager
 def signals_deferred() -> Iterator[None]:
     """SIGINT and SIGTERM that arrive inside the block are handled when it ends.
 
@@ -66,20 +82,12 @@ def signals_deferred() -> Iterator[None]:
     and Python runs its handler in the main thread whichever thread the kernel picked.  The
     handlers are swapped for one that notes the signal instead (a few microseconds).
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     caught: list[int] = []
-
-    def hold(signum: int, frame: FrameType | None) -> None:
-        caught.append(signum)
-
-    previous = {number: signal.signal(number, hold) for number in _DEFERRED}
+    previous: dict[int, Any] = {}
     try:
-        yield
+        with _signals_handled_by(lambda signum, frame: caught.append(signum)) as previous:
+            yield
     finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
         for signum in caught:
             handler = previous[signal.Signals(signum)]
             if callable(handler):
@@ -92,9 +100,6 @@ def signals_deferred() -> Iterator[None]:
 def one_interrupt_absorbed() -> Iterator[None]:
     """SIGINT or SIGTERM inside the block: the first is absorbed (a line says so), the next raises
     ``KeyboardInterrupt`` as usual."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     absorbed: list[int] = []
 
     def absorb(signum: int, frame: FrameType | None) -> None:
@@ -106,9 +111,5 @@ def one_interrupt_absorbed() -> Iterator[None]:
             "interrupt again to stop now (the run's journal keeps what is not written yet)\n"
         )
 
-    previous = {number: signal.signal(number, absorb) for number in _DEFERRED}
-    try:
+    with _signals_handled_by(absorb):
         yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
