@@ -24,6 +24,7 @@ from typing import Any
 import filelock
 import pytest
 
+from perf_plugin.results import CaseResult
 from perf_plugin.run.interrupt import sigterm_as_interrupt
 from perf_plugin.run.journal import (
     JOURNAL_SUFFIX,
@@ -103,7 +104,7 @@ def absorb_worker_journals(control: ControllerState) -> tuple[int, list[str]]:
     return taken, lines
 
 
-def _adds(control: ControllerState, result: Any) -> bool:
+def _adds(control: ControllerState, result: CaseResult) -> bool:
     """A worker's result the controller lacks: a case it has no result of, or one it has only
     without a duration (the measured one wins, as write-back would choose)."""
     previous = control.results.get(result.ref.case_id)
