@@ -4,7 +4,8 @@ functions stay small enough to read, and only ``backends/`` names a backend.
 The layers, bottom first (a module may import its own layer and the ones below):
 
 0. ``database``, ``results``, ``usage``: the file contracts and the values that travel;
-1. ``trace``, ``backends``: trace records, what differs between devices;
+1. ``trace``, ``capture``, ``backends``: trace records and what a model run adds to them,
+   what differs between devices;
 2. ``replay``: kernel types and their replays;
 3. ``options``, ``ingest``, ``profiling``, ``grid``, ``report``: what reads and writes the database;
 4. ``run``, ``comm``, ``candidates``: the session machinery, and candidate kernels judged in it;
@@ -23,7 +24,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).parents[1] / "perf_plugin"
 LAYER = {
     "database": 0, "results": 0, "usage": 0, "__init__": 0,
-    "trace": 1, "backends": 1,
+    "trace": 1, "capture": 1, "backends": 1,
     "replay": 2,
     "options": 3, "ingest": 3, "profiling": 3, "grid": 3, "report": 3,
     "run": 4, "comm": 4, "candidates": 4,

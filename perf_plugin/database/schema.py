@@ -42,7 +42,15 @@ SIGNATURE_COLUMNS: tuple[str, ...] = (
 # say; a non-empty cell is part of the row's signature.
 INPUT_STRIDES = "Input Strides"
 OP_ARGUMENTS = "Op Arguments"
-DETAIL_COLUMNS: tuple[str, ...] = (INPUT_STRIDES, OP_ARGUMENTS)
+# The values of small integer inputs a kernel's time depends on rather than their shapes (the
+# rows per expert of a grouped GEMM), per input slot in the shape cells' format, as a capture
+# recorded them in the model (perf_plugin.capture); calls that saw other values are other rows.
+INPUT_VALUES = "Input Values"
+DETAIL_COLUMNS: tuple[str, ...] = (INPUT_STRIDES, OP_ARGUMENTS, INPUT_VALUES)
+# Where a data-dependent row's values come from: ``measured`` (the ``Input Values`` cell), or
+# ``default: <what the replay draws>`` when the profile did not record them.  Not an identity.
+INPUT_VALUES_SOURCE = "Input Values Source"
+MEASURED_VALUES = "measured"
 
 PROFILING_AVERAGE = "Profiling Average Duration(us)"
 PROFILING_MEDIAN = "Profiling Median Duration(us)"

@@ -59,6 +59,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--cann-version", help="CANN version of the derived path (Ascend), e.g. 8.5")
     parser.add_argument("--cuda-version", help="CUDA version of the derived path (CUDA traces), e.g. 13.0")
     parser.add_argument(
+        "--input-values",
+        type=Path,
+        help="the values file an input-value capture wrote for the trace (default: <trace>.values.json beside it)",
+    )
+    parser.add_argument(
         "--dry-run", action="store_true", help="read and aggregate, print the report, write nothing"
     )
     parser.set_defaults(func=run)
@@ -101,7 +106,7 @@ def _derive(args: argparse.Namespace, kind: str, device_name: str | None) -> pat
 
 def run(args: argparse.Namespace) -> int:
     # Read first: a mistake in the profile is reported before any path is derived or created.
-    report: IngestReport = ingest_path(args.profiling_path, None)
+    report: IngestReport = ingest_path(args.profiling_path, None, args.input_values)
     if not report.rows:
         left_out = sum(report.communication.values())
         raise DatabaseError(

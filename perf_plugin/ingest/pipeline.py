@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perf_plugin.database.errors import DatabaseError
 from perf_plugin.ingest import discover as disc
 from perf_plugin.ingest.aggregate import AggregatedRow, aggregate
 from perf_plugin.ingest.fia_bundle import KERNEL_TYPE as FIA_KERNEL_TYPE
@@ -20,6 +21,8 @@ from perf_plugin.ingest.fia_bundle import FiaBundle, check_bundle, with_bundle_c
 from perf_plugin.ingest.merge import MergeResult, group_by_type, merge_into_database, validate_types
 from perf_plugin.ingest.profile_table import ProfileTable, combine, read_profile_table
 from perf_plugin.ingest.torch_trace import TraceSummary, read_live_profiler, read_trace_file
+from perf_plugin.ingest.value_sources import ValueSources, with_value_sources
+from perf_plugin.trace.values_file import CapturedValues
 from perf_plugin.replay.registry import refresh_catalog
 
 
@@ -31,6 +34,7 @@ class IngestReport:
     merge: MergeResult | None = None
     traces: list[TraceSummary] = field(default_factory=list)
     fia_bundle: FiaBundle | None = None
+    value_sources: ValueSources = field(default_factory=ValueSources)
 
     @property
     def kernel_types(self) -> list[str]:
@@ -83,6 +87,9 @@ class IngestReport:
                 out.append(
                     f"  samples with a dtype the trace does not record (tensor lists): {trace.unknown_dtype_rows}"
                 )
+            if trace.values is not None:
+                out.extend(trace.values.lines())
+        out.extend(self.value_sources.lines())
         if self.fia_bundle is not None:
             out.extend(self.fia_bundle.lines())
         if self.merge is not None:
@@ -96,38 +103,50 @@ class IngestReport:
         return out
 
 
-def read_inputs(discovery: disc.Discovery) -> tuple[ProfileTable, list[TraceSummary]]:
+def read_inputs(discovery: disc.Discovery, input_values: Path | None = None) -> tuple[ProfileTable, list[TraceSummary]]:
+    """The profile's samples; a trace's input values come from ``input_values`` (one trace
+    only) or from the ``<trace>.values.json`` beside it."""
+    if input_values is not None and (discovery.kind != disc.TORCH_TRACE or len(discovery.files) != 1):
+        raise DatabaseError(f"--input-values belongs to one PyTorch trace; the profile holds {len(discovery.files)} "
+                            f"{discovery.kind} file(s) (a trace finds its own <trace>.values.json beside it)",
+                            path=input_values)
     if discovery.kind == disc.TORCH_TRACE:
         tables, summaries = [], []
         for file in discovery.files:
-            table, summary = read_trace_file(file)
+            table, summary = read_trace_file(file, input_values)
             tables.append(table)
             summaries.append(summary)
         return combine(tables), summaries
     return combine([read_profile_table(file) for file in discovery.files]), []
 
 
-def ingest_path(profiling_path: str | Path, database_dir: str | Path | None) -> IngestReport:
+def ingest_path(
+    profiling_path: str | Path, database_dir: str | Path | None, input_values: Path | None = None
+) -> IngestReport:
     """Read ``profiling_path`` and merge it into ``database_dir`` (None: read and report only)."""
     refresh_catalog()  # the kernel types installed now name the rows
     discovery = disc.discover(profiling_path)
-    table, traces = read_inputs(discovery)
-    rows = aggregate(table.frame, table.counters)
+    table, traces = read_inputs(discovery, input_values)
+    rows, sources = with_value_sources(aggregate(table.frame, table.counters))
     validate_types(group_by_type(rows), discovery.files[0] if len(discovery.files) == 1 else None)
     # The FIA bundle check reads the kernel_details files again, only when they hold such kernels.
     bundle = check_bundle(discovery) if any(row.kernel_type == FIA_KERNEL_TYPE for row in rows) else None
-    report = IngestReport(discovery, table, with_bundle_cells(rows, bundle), traces=traces, fia_bundle=bundle)
+    report = IngestReport(discovery, table, with_bundle_cells(rows, bundle), traces=traces, fia_bundle=bundle,
+                          value_sources=sources)
     if database_dir is not None:
         report.merge = merge_into_database(database_dir, report.rows)
     return report
 
 
-def ingest_profiler(profiler: Any, database_dir: str | Path | None) -> IngestReport:
-    """Merge the operators of a finished ``torch.profiler.profile`` into ``database_dir``."""
+def ingest_profiler(
+    profiler: Any, database_dir: str | Path | None, input_values: CapturedValues | None = None
+) -> IngestReport:
+    """Merge the operators of a finished ``torch.profiler.profile`` into ``database_dir``, with
+    the values an input-value capture recorded during it (``InputValueCapture.values``)."""
     refresh_catalog()
-    table, summary = read_live_profiler(profiler)
-    rows = aggregate(table.frame, table.counters)
-    report = IngestReport(None, table, rows, traces=[summary])
+    table, summary = read_live_profiler(profiler, input_values)
+    rows, sources = with_value_sources(aggregate(table.frame, table.counters))
+    report = IngestReport(None, table, rows, traces=[summary], value_sources=sources)
     if database_dir is not None:
         report.merge = merge_into_database(database_dir, rows)
     return report

@@ -39,6 +39,7 @@ from perf_plugin.ingest.aggregate import CODE_REUSE_BYTES, INPUT_REUSE, KERNEL_T
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
 from perf_plugin.ingest.code_reuse import code_reuse_bytes, code_reuse_distances
 from perf_plugin.ingest.input_reuse import reuse_distances
+from perf_plugin.ingest.input_values import ValuesAttachment, attach_values, values_for_trace
 from perf_plugin.ingest.tensor_lifetimes import release_times
 from perf_plugin.ingest.list_dtypes import READERS_LOOKED_AT, resolve_cat_dtypes
 from perf_plugin.ingest.profile_table import ProfileTable
@@ -51,6 +52,7 @@ from perf_plugin.ingest.trace_events import read_chrome_trace, read_profiler
 from perf_plugin.ingest.write_share import recent_write_shares
 from perf_plugin.trace.events import MemoryEvent, TraceData, TraceOp
 from perf_plugin.trace.mapped import MappedOp
+from perf_plugin.trace.values_file import CapturedValues
 
 KIND_TORCH_TRACE = "torch_trace"
 CORE_CUDA = "CUDA"
@@ -69,6 +71,7 @@ class TraceSummary:
     unattributed: Counter[str] = field(default_factory=Counter)
     unknown_dtype_rows: int = 0
     no_output_rows: int = 0
+    values: ValuesAttachment | None = None  # what an input-value capture gave the trace
 
     @property
     def accelerator_core(self) -> str:
@@ -184,8 +187,17 @@ def _sample_frame(records: list[dict[str, Any]], device_trace: bool) -> pd.DataF
     return frame
 
 
-def read_trace_file(path: str | Path) -> tuple[ProfileTable, TraceSummary]:
-    return trace_samples(read_chrome_trace(path))
+def read_trace_file(path: str | Path, values_path: Path | None = None) -> tuple[ProfileTable, TraceSummary]:
+    """The samples of a trace file, with the input values of ``values_path`` (default: the
+    ``<trace>.values.json`` beside it, where there is one) attached to their calls."""
+    return _with_values(read_chrome_trace(path), values_for_trace(Path(path), values_path))
+
+
+def _with_values(trace: TraceData, captured: CapturedValues | None) -> tuple[ProfileTable, TraceSummary]:
+    attachment = attach_values(trace, captured) if captured is not None else None
+    table, summary = trace_samples(trace)
+    summary.values = attachment
+    return table, summary
 
 
 def live_events_record_strides() -> bool:
@@ -196,15 +208,16 @@ def live_events_record_strides() -> bool:
     return hasattr(torch._C._autograd._KinetoEvent, "structured_input_strides")
 
 
-def read_live_profiler(profiler: Any) -> tuple[ProfileTable, TraceSummary]:
-    """The samples of a finished profiler, the same as those of its exported trace.
+def read_live_profiler(profiler: Any, captured: CapturedValues | None = None) -> tuple[ProfileTable, TraceSummary]:
+    """The samples of a finished profiler, the same as those of its exported trace, with the
+    values ``captured`` (an input-value capture's) attached to their calls.
 
     Where the live events lack strides (torch releases before ``structured_input_strides``), the
     profile is read through an exported trace instead: read live, a transposed operand would
     become a contiguous row and replay another kernel than the model ran.
     """
     if live_events_record_strides():
-        return trace_samples(read_profiler(profiler))
+        return _with_values(read_profiler(profiler), captured)
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "trace.json"
         try:
@@ -215,6 +228,6 @@ def read_live_profiler(profiler: Any) -> tuple[ProfileTable, TraceSummary]:
                 "exported: ingest the exported trace file to keep them (rows read now are contiguous)",
                 stacklevel=3,
             )
-            return trace_samples(read_profiler(profiler))
-        return read_trace_file(path)
+            return _with_values(read_profiler(profiler), captured)
+        return _with_values(read_chrome_trace(path), captured)
 

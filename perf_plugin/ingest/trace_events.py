@@ -8,6 +8,8 @@
   CPU thread, carrying the CUPTI ``correlation`` id;
 * device activities (``cat: kernel``, ``gpu_memcpy``, ``gpu_memset``) carrying the same
   ``correlation`` id, and the ``External id`` of the operator that was running at launch;
+* the ranges an input-value capture put around the calls it recorded (``perf_values/...``,
+  ``perf_plugin.trace.values_file``), whatever their category;
 * with ``profile_memory=True``, the allocators' events (``[memory]`` instant events: address,
   size, device type), read from trace files only (``read_profiler`` leaves them out).
 
@@ -23,7 +25,8 @@ from typing import Any
 
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.ingest.json_file import load_json_file
-from perf_plugin.trace.events import DeviceActivity, Launch, MemoryEvent, TraceData, TraceOp
+from perf_plugin.trace.events import DeviceActivity, Launch, MemoryEvent, TraceData, TraceOp, ValueMark
+from perf_plugin.trace.values_file import MARK_PREFIX
 
 CPU_OP_CATEGORIES = frozenset({"cpu_op", "operator"})
 LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "runtime", "privateuse1_runtime"})
@@ -58,6 +61,7 @@ def read_chrome_trace(path: str | Path) -> TraceData:
     flow_ends: dict[tuple[Any, Any, int], int] = {}
     pending: list[tuple[dict[str, Any], str]] = []
     memory: list[MemoryEvent] = []
+    marks: list[ValueMark] = []
     has_shapes = bool(document.get("record_shapes")) if isinstance(document, dict) else False
     for event in events:
         if not isinstance(event, dict):
@@ -78,7 +82,10 @@ def read_chrome_trace(path: str | Path) -> TraceData:
         start = _ns(event["ts"])
         duration = _ns(event.get("dur", 0))
         thread = (_int_or_none(event.get("pid")) or 0, _int_or_none(event.get("tid")) or 0)
-        if category in CPU_OP_CATEGORIES:
+        name = str(event.get("name", ""))
+        if name.startswith(MARK_PREFIX):
+            marks.append(ValueMark(name, thread, start, start + duration))
+        elif category in CPU_OP_CATEGORIES:
             has_shapes = has_shapes or "Input Dims" in args
             ops.append(_trace_op(event, args, thread, start, duration))
         elif category in LAUNCH_CATEGORIES:
@@ -94,7 +101,7 @@ def read_chrome_trace(path: str | Path) -> TraceData:
         elif category in DEVICE_CATEGORIES:
             pending.append((event, category))
     activities = [_device_activity(event, category, flow_ends) for event, category in pending]
-    return TraceData(ops, launches, activities, _device_name(document), path, has_shapes, memory)
+    return TraceData(ops, launches, activities, _device_name(document), path, has_shapes, memory, marks)
 
 
 def _memory_event(event: dict[str, Any]) -> list[MemoryEvent]:
@@ -183,13 +190,16 @@ def read_profiler(profiler: Any) -> TraceData:
     ops: list[TraceOp] = []
     launches: list[Launch] = []
     activities: list[DeviceActivity] = []
+    marks: list[ValueMark] = []
     has_shapes = False
     for event in _kineto_results(profiler).events():
         category = _live_category(event)
         start = int(event.start_ns())
         duration = int(event.duration_ns())
         thread = (0, int(event.start_thread_id()))
-        if category in CPU_OP_CATEGORIES:
+        if event.name().startswith(MARK_PREFIX):
+            marks.append(ValueMark(event.name(), thread, start, start + duration))
+        elif category in CPU_OP_CATEGORIES:
             dims = _live_dims(event)
             has_shapes = has_shapes or any(dims)
             # A CPU op's correlation id is its External id: device events point at it.
@@ -227,4 +237,4 @@ def read_profiler(profiler: Any) -> TraceData:
                     int(event.linked_correlation_id()) or None,
                 )
             )
-    return TraceData(ops, launches, activities, None, None, has_shapes)
+    return TraceData(ops, launches, activities, None, None, has_shapes, value_marks=marks)

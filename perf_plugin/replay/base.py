@@ -75,6 +75,10 @@ class OpReplay(ABC):
     # Whether ``run`` runs on any torch device (CPU, CUDA); False for a kernel whose only
     # implementation is the NPU API (its rows are then unsupported elsewhere, with the reason).
     portable: ClassVar[bool] = True
+    # Input slots whose values, not only their shapes, set the kernel's time (a grouped GEMM's
+    # group list), each with what the replay uses when the row records none (``Input Values``):
+    # ingest writes ``Input Values Source`` on these kernel types' rows.
+    data_inputs: ClassVar[Mapping[int, str]] = MappingProxyType({})
     # The row column that says how many ranks a collective kernel spans (``group_size``), named
     # in the reason a row is skipped when the run cannot form that group.
     group_column: ClassVar[str] = ""

@@ -26,6 +26,9 @@ class TraceOp:
     types: list[str] = field(default_factory=list)
     concrete: list[Any] = field(default_factory=list)
     strides: list[Any] = field(default_factory=list)  # per argument, as ``dims`` (empty when not recorded)
+    # argument index -> the flattened values of that integer tensor, where a capture recorded
+    # them (perf_plugin.capture; attached by perf_plugin.ingest.input_values)
+    values: dict[int, tuple[int, ...]] = field(default_factory=dict)
     children: list["TraceOp"] = field(default_factory=list)
     parent: "TraceOp | None" = None
 
@@ -75,6 +78,18 @@ class MemoryEvent:
     device_type: int  # the profiler's device type: 0 the CPU, 1 CUDA
 
 
+@dataclass(frozen=True)
+class ValueMark:
+    """A capture's annotation around one call whose input values it recorded: the call is the
+    operator the range encloses on its thread; ``key`` is the range's name
+    (``perf_values/<token>/<n>``, ``perf_plugin.trace.values_file``)."""
+
+    key: str
+    thread: tuple[int, int]
+    start_ns: int
+    end_ns: int
+
+
 @dataclass
 class TraceData:
     ops: list[TraceOp]
@@ -84,3 +99,4 @@ class TraceData:
     source: Path | None = None
     has_shapes: bool = False
     memory: list[MemoryEvent] = field(default_factory=list)  # empty unless profiled with profile_memory
+    value_marks: list[ValueMark] = field(default_factory=list)  # empty unless a capture ran

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from perf_plugin.database.schema import INPUT_STRIDES, OP_ARGUMENTS
+from perf_plugin.database.schema import INPUT_STRIDES, INPUT_VALUES, OP_ARGUMENTS
 from perf_plugin.database.shapes import QuoteStyle, format_shape_cell
 from perf_plugin.trace.args import Shape, is_contiguous
 from perf_plugin.trace.events import TraceOp
@@ -34,6 +34,9 @@ class MappedOp:
     # input is not contiguous, since a contiguous row needs no more than its shapes.
     strides: tuple[Shape | None, ...] = ()
     arguments: str = ""  # the call's arguments, for rows replayed through torch.ops.aten
+    # Per input slot, the values an input-value capture recorded (None where it did not): the
+    # rows per group of a grouped GEMM, which its time depends on (``Input Values``).
+    values: tuple[tuple[int, ...] | None, ...] = ()
 
     def cells(self, accelerator_core: str) -> dict[str, str]:
         cells = {
@@ -47,8 +50,14 @@ class MappedOp:
             "Output Formats": ";".join("ND" for _ in self.outputs),
             INPUT_STRIDES: self.strides_cell(),
             OP_ARGUMENTS: self.arguments,
+            INPUT_VALUES: self.values_cell(),
         }
         return cells
+
+    def values_cell(self) -> str:
+        if not any(values is not None for values in self.values):
+            return ""
+        return format_shape_cell(list(self.values), QuoteStyle.EMBEDDED)
 
     def strides_cell(self) -> str:
         pairs = list(zip(self.inputs, self.strides))

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
+from perf_plugin.database.schema import INPUT_VALUES
+from perf_plugin.database.shapes import parse_shape_cell
 from perf_plugin.replay.api_call import NpuFormat
 from perf_plugin.replay.base import CaseBuildError
 from perf_plugin.replay.tensors import KernelRow, TensorSpec, shape_text
@@ -140,15 +142,43 @@ def grouped_reference(x: "torch.Tensor", w: "torch.Tensor", ends: list[int], sca
     return out
 
 
+# What a grouped GEMM row without recorded groups replays (``Input Values Source``).
+EVEN_GROUPS = "even groups"
+
+
+def recorded_group_sizes(row: KernelRow, index: int, experts: int, rows: int) -> tuple[int, ...] | None:
+    """The rows per group the model routed, from the row's ``Input Values`` cell at the group
+    list's slot (cumulative ends, as ``torch._grouped_mm``'s ``offs`` and the API's
+    ``group_list_type=0``); None when the row records none."""
+    cell = row.attrs.get(INPUT_VALUES, "").strip()
+    if not cell:
+        return None
+    try:
+        slots = parse_shape_cell(cell)
+    except ValueError as exc:
+        raise CaseBuildError(f"'{INPUT_VALUES}' cell {cell!r} cannot be read: {exc}") from None
+    ends = slots[index] if index < len(slots) else None
+    if ends is None:
+        return None
+    sizes = tuple(end - start for start, end in zip((0, *ends), ends))
+    if len(ends) != experts or min(sizes) < 0 or ends[-1] != rows:
+        raise CaseBuildError(f"'{INPUT_VALUES}' slot {index} ({len(ends)} values ending at {ends[-1] if ends else '-'}) "
+                             f"is not the cumulative end row of each of {experts} groups, non-decreasing, ending at "
+                             f"the {rows} rows of x")
+    return sizes
+
+
 def draw_groups(
-    rows: int, experts: int, gemm: tuple[str, int, int], device: "torch.device", generator: "torch.Generator | None"
+    rows: int, experts: int, gemm: tuple[str, int, int], device: "torch.device", generator: "torch.Generator | None",
+    recorded: tuple[int, ...] | None = None,
 ) -> tuple["torch.Tensor", "torch.Tensor", Groups, "torch.Tensor"]:
     """A case's groups: the API's cumulative INT64 ``group_list``, the int32 offsets
     ``torch._grouped_mm`` takes, the host sizes, and the group of every row (the gather index of
-    per-group scales, built here so ``run`` neither copies from the host nor synchronises)."""
+    per-group scales, built here so ``run`` neither copies from the host nor synchronises).
+    The sizes are the ``recorded`` ones where the row has them, else drawn as even as they can be."""
     import torch
 
-    sizes = draw_group_sizes(rows, experts, generator)
+    sizes = recorded if recorded is not None else draw_group_sizes(rows, experts, generator)
     offsets = torch.tensor(_ends(sizes), dtype=torch.int32, device=device)
     row_group = torch.repeat_interleave(torch.arange(experts), torch.tensor(sizes, dtype=torch.int64)).to(device)
     return group_list_tensor(sizes, 0, device), offsets, Groups(sizes, can_fuse(*gemm, device)), row_group

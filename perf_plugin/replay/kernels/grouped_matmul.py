@@ -19,8 +19,11 @@ before ``group_list``, empty) -> ``y [M,N/2] INT8; y_scale [M] FLOAT``.  Per the
 ``C = (x_g @ w_g) * x_scale * w_scale_g``, ``S = silu(C[:, :N/2]) * C[:, N/2:]``,
 ``y_scale = max|S| / 127``, ``y = round_half_even(S / y_scale)`` per row.
 
-Rows record only the group count: sizes are drawn at random, sum to ``M`` (empty groups allowed,
-as by the API) and go to the API cumulative (``group_list_type=0``, as msmodeling; 1 is counts).
+The rows per group are the model's where the row records them (``Input Values`` at the group
+list's slot: the cumulative end rows an input-value capture took from ``torch._grouped_mm``'s
+``offs``, ``perf_plugin.capture``); otherwise they are drawn as even as they can be, sum to ``M``,
+and the row's ``Input Values Source`` says ``default: even groups``.  Either way they go to the
+API cumulative (``group_list_type=0``, as msmodeling; 1 is counts).
 NPU calls: ``npu_grouped_matmul([x], [w], group_list=, split_item=2, group_type=0,
 group_list_type=0[, scale=, per_token_scale=, output_dtype=])``; ``npu_grouped_matmul_swiglu_quant(
 x, w_nz, group_list, w_scale, x_scale)`` (its third result, ``y_offset``, is not recorded).
@@ -49,11 +52,13 @@ from perf_plugin.replay.kernels._grouped_gemm import (
     SWIGLU_SCALE,
     Groups,
     check_group_list,
+    EVEN_GROUPS,
     draw_groups,
     group_ends,
     grouped_mm,
     grouped_reference,
     maybe_nz,
+    recorded_group_sizes,
     require_empty,
     required_slot,
     swiglu_requant,
@@ -82,7 +87,8 @@ def _trace_grouped_mm(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
         return None
     empty = Slot(None, "")
     inputs = (Slot(x.shape, x.dtype), Slot(w.shape, w.dtype), *(empty,) * 5, Slot(offs.shape, "INT64"))
-    return MappedOp("GroupedMatmul", inputs, (Slot((x.shape[0], w.shape[2]), x.dtype),))
+    values = (None,) * 7 + (op.values[2],) if 2 in op.values else ()  # the groups the model routed
+    return MappedOp("GroupedMatmul", inputs, (Slot((x.shape[0], w.shape[2]), x.dtype),), values=values)
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,7 @@ class GmmPlan:
     experts: int
     transposed: bool  # weight stored [E,N,K]
     quant: bool  # W8A8 per-token
+    sizes: tuple[int, ...] | None  # rows per group the model routed (None: not recorded)
 
 
 class GroupedMatmulReplay(OpReplay):
@@ -100,6 +107,7 @@ class GroupedMatmulReplay(OpReplay):
 
     kernel_types = ("GroupedMatmul",)
     npu_api = "torch_npu.npu_grouped_matmul"
+    data_inputs = MappingProxyType({7: EVEN_GROUPS})
     trace_ops = MappingProxyType({"aten::_grouped_mm": _trace_grouped_mm})
 
     def plan(self, row: KernelRow) -> GmmPlan:
@@ -118,7 +126,8 @@ class GroupedMatmulReplay(OpReplay):
             raise CaseBuildError(f"{row.kernel_type} weight {shape_text(wshape)} is neither [E,K,N] nor [E,N,K] "
                                  f"for x {shape_text(x)} and y {shape_text(y)}")
         check_group_list(row, 7, experts)
-        return GmmPlan(m, k, n, experts, transposed, self._quantised(row, x, w, y, m, n, experts))
+        sizes = recorded_group_sizes(row, 7, experts, m)
+        return GmmPlan(m, k, n, experts, transposed, self._quantised(row, x, w, y, m, n, experts), sizes)
 
     @staticmethod
     def _quantised(row: KernelRow, x: TensorSpec, w: TensorSpec, y: TensorSpec, m: int, n: int, e: int) -> bool:
@@ -165,7 +174,7 @@ class GroupedMatmulReplay(OpReplay):
         if p.transposed and row.inputs[1].strides is None:
             w = w.transpose(1, 2)
         gemm = ("FLOAT" if p.quant else row.inputs[0].dtype, p.k, p.n)  # int8 GEMMs run in float32
-        group_list, offsets, groups, rows = draw_groups(p.m, p.experts, gemm, device, generator)
+        group_list, offsets, groups, rows = draw_groups(p.m, p.experts, gemm, device, generator, p.sizes)
         return x, w, scale, pts, group_list, 0, offsets, groups, rows, row.present_outputs[0]
 
     def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
@@ -215,6 +224,7 @@ class GroupedMatmulSwigluQuantReplay(OpReplay):
     # op-plugin's npu_grouped_matmul_swiglu_quant -> aclnnGroupedMatmulSwigluQuantWeightNZ ->
     # l0op GroupedMatmulSwigluQuant is the API whose kernel this is.
     npu_api = "torch_npu.npu_grouped_matmul_swiglu_quant"
+    data_inputs = MappingProxyType({4: EVEN_GROUPS, 5: EVEN_GROUPS})
 
     def plan(self, row: KernelRow) -> tuple[int, int, int, int]:
         """(M, K, N, E)."""
@@ -233,6 +243,7 @@ class GroupedMatmulSwigluQuantReplay(OpReplay):
             raise CaseBuildError(f"{row.kernel_type} needs weight_scale [{e},{n}] FLOAT/BF16/FLOAT16 and x_scale [{m}] "
                                  f"FLOAT; got {shape_text(ws)} {ws.dtype} and {shape_text(xs)} {xs.dtype}")
         check_group_list(row, group_slot, e)
+        recorded_group_sizes(row, group_slot, e, m)
         expected = ((m, n // 2), "INT8"), ((m,), "FLOAT")
         got = tuple((s.shape, s.dtype) for s in row.present_outputs)
         if n % 2 or got != expected:
@@ -252,7 +263,8 @@ class GroupedMatmulSwigluQuantReplay(OpReplay):
         unit = 1.0 / math.sqrt(21 * math.sqrt(k))
         ws = self.random(row.inputs[2], device, generator).abs_().mul_(unit)
         xs = self.random(row.inputs[3], device, generator).abs_().mul_(unit)
-        return (x, w, ws, xs, *draw_groups(m, e, ("FLOAT", k, n), device, generator))
+        recorded = recorded_group_sizes(row, 5 if len(row.inputs) > 5 and row.inputs[5].present else 4, e, m)
+        return (x, w, ws, xs, *draw_groups(m, e, ("FLOAT", k, n), device, generator, recorded))
 
     def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
         x, w, ws, xs, group_list, _, _, _ = args

@@ -1,0 +1,117 @@
+"""The file an input-value capture writes beside a profile, and the names of its annotations.
+
+A capture (``perf_plugin.capture``) wraps every call it watches in a profiler range named
+``perf_values/<token>/<n>`` and records the values of that call's small integer tensor
+arguments.  The profile then holds the ranges, and this file, written when the capture ends,
+holds the values under the same ``<n>``::
+
+    {"format": "perf-plugin input values", "version": 1, "token": "3f9c...",
+     "calls": {"0": {"function": "torch._grouped_mm", "values": {"2": [128, 256, ...]}}}}
+
+``values`` maps the argument's position in the traced operator's inputs to its values,
+flattened.  The token tells one capture's ranges from another's (a trace may hold several runs).
+The file sits beside the trace as ``<trace name>.values.json`` (``trace.json`` ->
+``trace.values.json``), where ``perfdb ingest`` finds it (``worker.pt.trace.json`` -> ``worker.values.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perf_plugin.database.errors import DatabaseError
+
+FORMAT = "perf-plugin input values"
+VERSION = 1
+MARK_PREFIX = "perf_values/"
+SUFFIX = ".values.json"
+
+
+@dataclass(frozen=True)
+class CapturedCall:
+    function: str
+    values: dict[int, tuple[int, ...]]  # argument position -> flattened values
+
+
+@dataclass
+class CapturedValues:
+    token: str
+    calls: dict[str, CapturedCall] = field(default_factory=dict)
+    source: Path | None = None
+
+
+def mark_name(token: str, key: int | str) -> str:
+    return f"{MARK_PREFIX}{token}/{key}"
+
+
+def parse_mark(name: str) -> tuple[str, str] | None:
+    """(token, key) of a capture's range name, None for any other name."""
+    if not name.startswith(MARK_PREFIX):
+        return None
+    token, _, key = name[len(MARK_PREFIX):].partition("/")
+    return (token, key) if token and key else None
+
+
+def sidecar_path(trace: str | Path) -> Path:
+    """Where the values of ``trace`` are looked for: ``run.json`` / ``run.json.gz`` -> ``run.values.json``."""
+    trace = Path(trace)
+    name = trace.name
+    for ending in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
+        if name.endswith(ending):
+            name = name[: -len(ending)]
+            break
+    return trace.with_name(name + SUFFIX)
+
+
+def write_values_file(path: str | Path, captured: CapturedValues) -> Path:
+    """Write ``captured`` atomically (a reader never sees half a file)."""
+    path = Path(path)
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "token": captured.token,
+        "calls": {
+            key: {"function": call.function, "values": {str(arg): list(v) for arg, v in call.values.items()}}
+            for key, call in captured.calls.items()
+        },
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, scratch = tempfile.mkstemp(prefix=path.name, dir=path.parent)
+    with os.fdopen(handle, "w") as out:
+        json.dump(document, out, separators=(",", ":"))
+    os.replace(scratch, path)
+    return path
+
+
+def read_values_file(path: str | Path) -> CapturedValues:
+    """The file's calls; a file that is not one says so, naming the file and the entry."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DatabaseError(f"cannot read the input values file: {exc}", path=path) from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise DatabaseError(f"not an input values file (no \"format\": \"{FORMAT}\")", path=path)
+    if document.get("version") != VERSION:
+        raise DatabaseError(f"input values file version {document.get('version')!r}; this reader knows {VERSION}",
+                            path=path)
+    calls = document.get("calls")
+    if not isinstance(calls, dict):
+        raise DatabaseError("the input values file has no \"calls\" object", path=path)
+    captured = CapturedValues(str(document.get("token", "")), source=path)
+    for key, entry in calls.items():
+        captured.calls[str(key)] = _call(entry, path, key)
+    return captured
+
+
+def _call(entry: Any, path: Path, key: str) -> CapturedCall:
+    try:
+        values = {int(arg): tuple(int(v) for v in found) for arg, found in entry["values"].items()}
+        return CapturedCall(str(entry["function"]), values)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise DatabaseError(f"call {key!r}: expected {{\"function\": name, \"values\": {{argument: [integers]}}}}",
+                            path=path) from None
