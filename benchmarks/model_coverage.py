@@ -19,7 +19,16 @@ ingest the trace into a fresh database (``perfdb ingest``'s pipeline), replay it
 Models (``--models``): ``llama`` (Llama-3.1-8B dimensions, SDPA attention), ``qwen3-moe``
 (Qwen3-30B-A3B dimensions: 128 experts, top-8), ``llama-fp8`` (the Llama model with every
 linear layer an FP8 GEMM through ``torch._scaled_mm``, per-tensor scales; CUDA only), each with
-``--layers`` decoder layers.
+``--layers`` decoder layers.  Models the database was never tuned on: ``mixtral`` (Mixtral-8x7B
+dimensions: 8 experts, top-2, about one M-tile per expert on a 512-token prefill),
+``deepseek-v3`` (DeepSeek-V3-style: MLA attention, 64 routed experts in 8 groups, top-6 by group,
+one shared expert; reduced width), ``olmoe`` (OLMoE-1B-7B dimensions: 64 small experts, top-8),
+``qwen2`` (Qwen2-7B dimensions: biased QKV) and ``phi3`` (Phi-3-mini dimensions: fused QKV and
+gate/up projections).  MoE models run ``transformers``' ``grouped_mm`` experts.
+
+Every profile runs inside ``perf_plugin.capture.capture_input_values`` (``--no-capture``: not),
+which writes ``trace.values.json`` beside the trace: the grouped GEMM rows then carry the
+model's rows per expert, and replay exactly those groups.
 
 Routing of the MoE model.  With random weights the router's inputs share a few directions
 across tokens (the residual stream of random layers), so every token picks the same experts:
@@ -240,19 +249,88 @@ def routing_balance(model: Any, ids: Any, experts: int) -> list[str]:
     return lines
 
 
+def mixtral_config(tiny: bool) -> Any:
+    from transformers import MixtralConfig
+
+    if tiny:
+        return MixtralConfig(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+                             vocab_size=1024, num_local_experts=4, num_experts_per_tok=2)
+    return MixtralConfig(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                         vocab_size=32000, num_local_experts=8, num_experts_per_tok=2)
+
+
+def deepseek_v3_config(tiny: bool) -> Any:
+    from transformers import DeepseekV3Config
+
+    if tiny:
+        return DeepseekV3Config(hidden_size=256, intermediate_size=512, moe_intermediate_size=128, num_attention_heads=4,
+                                num_key_value_heads=4, n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
+                                n_shared_experts=1, q_lora_rank=128, kv_lora_rank=64, qk_rope_head_dim=32,
+                                qk_nope_head_dim=32, v_head_dim=32, vocab_size=1024, first_k_dense_replace=0)
+    return DeepseekV3Config(hidden_size=2048, intermediate_size=8192, moe_intermediate_size=1024, num_attention_heads=16,
+                            num_key_value_heads=16, n_routed_experts=64, num_experts_per_tok=6, n_group=8, topk_group=3,
+                            n_shared_experts=1, q_lora_rank=768, kv_lora_rank=512, qk_rope_head_dim=64,
+                            qk_nope_head_dim=128, v_head_dim=128, vocab_size=102400, first_k_dense_replace=0)
+
+
+def olmoe_config(tiny: bool) -> Any:
+    from transformers import OlmoeConfig
+
+    if tiny:
+        return OlmoeConfig(hidden_size=256, intermediate_size=64, num_attention_heads=4, num_key_value_heads=4,
+                           vocab_size=1024, num_experts=8, num_experts_per_tok=4)
+    return OlmoeConfig(hidden_size=2048, intermediate_size=1024, num_attention_heads=16, num_key_value_heads=16,
+                       vocab_size=50304, num_experts=64, num_experts_per_tok=8)
+
+
+def qwen2_config(tiny: bool) -> Any:
+    from transformers import Qwen2Config
+
+    if tiny:
+        return Qwen2Config(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+                           vocab_size=1024)
+    return Qwen2Config(hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4,
+                       vocab_size=152064)
+
+
+def phi3_config(tiny: bool) -> Any:
+    from transformers import Phi3Config
+
+    if tiny:
+        return Phi3Config(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=4,
+                          vocab_size=1024, pad_token_id=0)
+    return Phi3Config(hidden_size=3072, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=32,
+                      vocab_size=32064, pad_token_id=0)
+
+
+CONFIGS: dict[str, Callable[[bool], Any]] = {
+    "llama": llama_config, "llama-fp8": llama_config, "qwen3-moe": qwen3_moe_config, "mixtral": mixtral_config,
+    "deepseek-v3": deepseek_v3_config, "olmoe": olmoe_config, "qwen2": qwen2_config, "phi3": phi3_config,
+}
+
+
+def expert_count(config: Any) -> int:
+    for name in ("num_experts", "num_local_experts", "n_routed_experts"):
+        if getattr(config, name, None):
+            return int(getattr(config, name))
+    return 0
+
+
 def build_model(name: str, layers: int, device: str, tiny: bool, tokens: int) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    config = qwen3_moe_config(tiny) if name == "qwen3-moe" else llama_config(tiny)
+    config = CONFIGS[name](tiny)
     config.num_hidden_layers = layers
     config._attn_implementation = "sdpa"
+    if expert_count(config):
+        config._experts_implementation = "grouped_mm"
     torch.manual_seed(0)
     with torch.device(device):  # initialised where it runs: random weights of billions of parameters
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
     if name == "llama-fp8":
         to_fp8_linears(model)
-    if name == "qwen3-moe":
+    if expert_count(config):
         balance_routing(model, prefill_ids(model, device, tokens))
     return model
 
@@ -280,9 +358,12 @@ def run_steps(model: Any, device: str, tokens: int, decode_steps: int) -> None:
             token = out.logits[:, -1:].argmax(-1)
 
 
-def profile_model(model: Any, device: str, tokens: int, decode_steps: int, trace: Path) -> None:
+def profile_model(model: Any, device: str, tokens: int, decode_steps: int, trace: Path, capture: bool = True) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
+
+    from perf_plugin.capture import capture_input_values
+    from perf_plugin.trace.values_file import sidecar_path
 
     run_steps(model, device, tokens, decode_steps)  # warm-up: allocator, kernels chosen, caches
     if device == "cuda":
@@ -291,7 +372,9 @@ def profile_model(model: Any, device: str, tokens: int, decode_steps: int, trace
     # profile_memory: the allocator's events say which tensors were still alive at each call,
     # which ingest uses to find the kernel that wrote each input (``perf_plugin.ingest.input_reuse``)
     with profile(activities=activities, record_shapes=True, profile_memory=True) as prof:
-        run_steps(model, device, tokens, decode_steps)
+        # the grouped GEMMs' rows per expert, recorded beside the trace (trace.values.json)
+        with capture_input_values(sidecar_path(trace) if capture else None):
+            run_steps(model, device, tokens, decode_steps)
         if device == "cuda":
             torch.cuda.synchronize()
     prof.export_chrome_trace(str(trace))
@@ -361,13 +444,13 @@ def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
     trace = out / "trace.json"
     model = build_model(name, args.layers, args.device, args.tiny, args.tokens)
     if router_modules(model):
-        for line in routing_balance(model, prefill_ids(model, args.device, args.tokens), model.config.num_experts):
+        for line in routing_balance(model, prefill_ids(model, args.device, args.tokens), expert_count(model.config)):
             print(f"  routing of the profiled prefill, {line}")
-    profile_model(model, args.device, args.tokens, args.decode_steps, trace)
+    profile_model(model, args.device, args.tokens, args.decode_steps, trace, not args.no_capture)
     spread = None
     if args.reference_spread:
         second = out / "trace_second.json"
-        profile_model(model, args.device, args.tokens, args.decode_steps, second)
+        profile_model(model, args.device, args.tokens, args.decode_steps, second, not args.no_capture)
         spread = reference_spread(trace, second, out)
     del model
     reports = replay_trace(name, trace, out, args)
@@ -469,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-spread", action="store_true",
                         help="profile each model twice and report how far the in-model durations move between the runs")
     parser.add_argument("--traces", help="replay these trace files (comma list) instead of profiling --models")
+    parser.add_argument("--no-capture", action="store_true", help="profile without recording the grouped GEMMs' groups")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     reports = []

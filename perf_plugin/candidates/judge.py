@@ -132,7 +132,7 @@ def check_once(
         return None, f"raised {type(exc).__name__}: {first}"
     reference = replay.reference(*args)
     try:
-        verify_outputs(replay, row, outputs, reference)
+        verify_outputs(replay, row, outputs, reference, args)
     except VerificationError as exc:
         return outputs, str(exc)
     except Exception as exc:  # outputs of the wrong kind (not tensors, wrong count)
@@ -210,7 +210,7 @@ def check_after_timing(last: LastCall, replay: "OpReplay", row: "KernelRow", ver
         return True
     reference = replay.reference(*last.args)
     try:
-        verify_outputs(replay, row, last.outputs, reference)
+        verify_outputs(replay, row, last.outputs, reference, last.args)
     except (VerificationError, TypeError, ValueError) as exc:
         verdict.correct = False
         verdict.reason = f"after the timed range: {exc}"

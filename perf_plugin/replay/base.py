@@ -143,6 +143,13 @@ class OpReplay(ABC):
                 return value
         return 0.0
 
+    def comparable(self, args: tuple[Any, ...], outputs: Any) -> Any:
+        """``outputs`` (the replay's or the reference's) in the form they are compared in: as they
+        are by default.  An operator whose results a correct kernel may order or pick differently
+        (a top-k with ``sorted=False``, ties) maps both to what every correct kernel agrees on,
+        raising ``VerificationError`` for what no correct kernel returns."""
+        return outputs
+
     def values_verifiable(self, row: KernelRow) -> bool:
         """False where the outputs are random draws that no reference reproduces (verified for
         shapes, dtypes and finite values only)."""

@@ -113,9 +113,15 @@ def check_output_specs(replay: "OpReplay", row: KernelRow, outputs: Any) -> tupl
     return expected
 
 
-def verify_outputs(replay: "OpReplay", row: KernelRow, outputs: Any, reference_outputs: Any) -> None:
-    """Raise VerificationError unless ``outputs`` match the row and the reference."""
+def verify_outputs(
+    replay: "OpReplay", row: KernelRow, outputs: Any, reference_outputs: Any, args: tuple[Any, ...] | None = None
+) -> None:
+    """Raise VerificationError unless ``outputs`` match the row and the reference.  Given the
+    case's ``args``, both are first put in the form the replay compares (``OpReplay.comparable``:
+    a top-k's values in order, whatever order its kernel returned them in)."""
     expected = check_output_specs(replay, row, outputs)
+    if args is not None:
+        outputs, reference_outputs = replay.comparable(args, outputs), replay.comparable(args, reference_outputs)
     produced = _as_tuple(outputs)
     references = _as_tuple(reference_outputs)
     if len(references) != len(produced):

@@ -301,7 +301,7 @@ class ReplayRunner:
                 raise CaseFailure(f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
             reference = replay.reference(*args)
             try:
-                verify_outputs(replay, case.row, outputs, reference)
+                verify_outputs(replay, case.row, outputs, reference, args)
             except VerificationError as exc:
                 raise CaseFailure(str(exc)) from None
             del outputs, reference

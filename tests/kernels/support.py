@@ -101,7 +101,7 @@ def replay_on_cpu(kernel_type: str, cells: dict[str, str], seed: int = 0) -> tup
     args = replay.make_inputs(row, torch.device("cpu"), generator)
     outputs = replay.run(*args)
     reference = replay.reference(*args)
-    verify_outputs(replay, row, outputs, reference)
+    verify_outputs(replay, row, outputs, reference, args)
     return outputs, reference
 
 

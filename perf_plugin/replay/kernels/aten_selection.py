@@ -1,0 +1,71 @@
+"""``aten.topk`` and ``aten.sort`` rows: the generic ``torch.ops.aten`` replay, verified as every
+correct selection kernel agrees.
+
+Two correct kernels may return different results for the same input: with ``sorted=False`` a
+top-k's values come in any order, and where values tie (common in BF16 and in the draws the
+generic replay makes) any of the tied positions is a right index.  Positional comparison with
+the float64 CPU reference then fails kernels that are right.  So both the replay's outputs and
+the reference's are compared in a form every correct kernel agrees on (``comparable``):
+
+* values: a top-k's sorted along its dim (largest first, or smallest); a sort's as returned;
+* indices: the input's values at those indices (``x.gather(dim, indices)``), sorted as the
+  values are, after checking that no index repeats within a slice; an index out of range or a
+  repeat fails the case.
+
+Calls through another overload (``sort.stable`` with keyword arguments, ``topk.values``) are
+compared positionally, as the generic replay does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from perf_plugin.replay.kernels.aten_ops import AtenOpReplay
+from perf_plugin.replay.verify import VerificationError
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _argument(template: Sequence[Any], position: int, default: Any) -> Any:
+    return template[position] if position < len(template) else default
+
+
+def _selection(name: str, overload: str, template: Sequence[Any]) -> tuple[int, bool, bool] | None:
+    """(dim, order descending, sort the values first) of a call compared by value, else None."""
+    if overload not in ("", "default") or not template or not isinstance(template[0], dict):
+        return None
+    if name == "topk":  # topk(self, k, dim=-1, largest=True, sorted=True)
+        return int(_argument(template, 2, -1)), bool(_argument(template, 3, True)), True
+    if name == "sort":  # sort(self, dim=-1, descending=False)
+        return int(_argument(template, 1, -1)), bool(_argument(template, 2, False)), False
+    return None
+
+
+def _check_distinct(indices: "torch.Tensor", dim: int) -> None:
+    ordered = indices.sort(dim=dim).values
+    if ordered.shape[dim] > 1 and bool((ordered.diff(dim=dim) == 0).any()):
+        raise VerificationError("an index repeats within a slice: not a selection of distinct elements")
+
+
+class AtenSelectionReplay(AtenOpReplay):
+    kernel_types = ("aten.topk", "aten.sort")
+    kernel_type_prefixes = ()
+
+    def comparable(self, args: tuple[Any, ...], outputs: Any) -> Any:
+        name, overload, template, tensors, _ = args
+        selection = _selection(name, overload, template)
+        if selection is None or not isinstance(outputs, tuple) or len(outputs) != 2:
+            return outputs
+        dim, descending, sort_values = selection
+        values, indices = outputs
+        x = tensors[int(template[0]["tensor"])].to(values.device, values.dtype)
+        try:
+            _check_distinct(indices, dim)
+            picked = x.gather(dim, indices)
+        except RuntimeError as exc:  # an index out of range
+            raise VerificationError(f"the indices do not address the input: {str(exc).splitlines()[0]}") from None
+        if sort_values:
+            values = values.sort(dim=dim, descending=descending).values
+        return values, picked.sort(dim=dim, descending=descending).values if sort_values else picked
