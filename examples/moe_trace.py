@@ -44,11 +44,11 @@ def build_layer(shape: MoeShape, device: str, skew: float, seed: int = 0) -> Any
     class SparseMoe(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            generator = torch.Generator().manual_seed(seed)
+            generator = torch.Generator(device=device).manual_seed(seed)  # drawn where they live: GBs of weights
 
             def weight(*size: int) -> torch.Tensor:
-                w = torch.randn(*size, generator=generator) / math.sqrt(size[-2])
-                return torch.nn.Parameter(w.to(device=device, dtype=torch.bfloat16), requires_grad=False)
+                w = torch.randn(*size, generator=generator, device=device).div_(math.sqrt(size[-2]))
+                return torch.nn.Parameter(w.to(torch.bfloat16), requires_grad=False)
 
             self.router = weight(shape.hidden, shape.experts)
             self.gate_up = weight(shape.experts, shape.hidden, 2 * shape.intermediate)

@@ -2,12 +2,14 @@
 
 ``tests/fixtures/cuda/rope_cat_trace.json`` (see its SOURCES.md) holds two cats of bf16 tensors:
 the rotate-half of a RoPE, which a ``mul`` reads next, and a KV-cache append whose result nothing
-reads.  Both launched ``CatArrayBatchedCopy`` kernels on a 2-byte opaque type.
+reads.  Both launched ``CatArrayBatchedCopy`` kernels on a 2-byte opaque type, and every 2-byte
+tensor the trace records is BF16.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -34,9 +36,29 @@ def test_a_cat_read_by_the_next_operator_gets_its_dtype(concat_rows: dict[str, d
     replay_on_cpu("ConcatD", rope)
 
 
-def test_a_cat_nothing_reads_keeps_its_dtypes_empty_rather_than_guessed(concat_rows: dict[str, dict[str, str]]) -> None:
+def test_a_cat_nothing_reads_takes_the_one_dtype_of_its_size_in_the_trace(concat_rows: dict[str, dict[str, str]]) -> None:
     cache = concat_rows['"1,8,128,64"']
-    assert (cache["Input Data Types"], cache["Output Data Types"]) == (";", "")
+    assert (cache["Input Data Types"], cache["Output Data Types"]) == ("DT_BF16;DT_BF16", "DT_BF16")
+    replay_on_cpu("ConcatD", cache)
+
+
+def test_a_cat_stays_without_dtypes_where_the_trace_has_two_of_its_size(tmp_path: Path) -> None:
+    """The same trace with one FLOAT16 tensor recorded elsewhere: nothing settles the unread cat."""
+    document = json.loads(TRACE.read_text())
+    for event in document["traceEvents"]:
+        types = (event.get("args") or {}).get("Input type")
+        if event.get("cat") == "cpu_op" and event.get("name") == "aten::mul" and types and "c10::BFloat16" in types:
+            event["args"]["Input type"] = ["c10::Half" if t == "c10::BFloat16" else t for t in types]
+            break
+    else:
+        raise AssertionError("the fixture has no bf16 mul")
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps(document))
+    ingest_path(trace, tmp_path / "db")
+    with (tmp_path / "db" / "ConcatD.csv").open(newline="") as handle:
+        rows = {row["Output Shapes"]: row for row in csv.DictReader(handle)}
+    assert (rows['"1,8,128,64"']["Input Data Types"], rows['"1,8,128,64"']["Output Data Types"]) == (";", "")
+    assert rows['"1,8,64,64"']["Output Data Types"] == "FLOAT16"  # its reader (the mul made FLOAT16) settles it
 
 
 def test_only_batched_copy_kernels_of_one_element_size_say_the_size() -> None:

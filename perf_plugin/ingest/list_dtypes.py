@@ -9,19 +9,24 @@ Two pieces of evidence in a CUDA trace settle it:
 * the operators that run next on the same thread read the result: the first of them with a tensor
   argument of the result's shape and of that element size records the dtype.
 
-When both agree, the row's empty dtype slots take that dtype.  Anything else (a CPU trace, a cat
-of mixed dtypes, no reader in sight) leaves them empty: the row then says why it cannot be
-replayed rather than carry a guess.
+When both agree, the row's empty dtype slots take that dtype.  Where no reader in sight takes the
+result as it is (attention reshapes it first: MLA's ``cat`` of the rotary and plain halves of a
+query), the trace as a whole can still settle it: when every tensor of that element size the
+profile recorded has one dtype (a BF16 model records no FLOAT16 tensor), the cat's is that one
+(``trace_dtypes_by_size``).  Anything else (a CPU trace, a cat of mixed dtypes, two dtypes of
+the size in the trace) leaves them empty: the row then says why it cannot be replayed rather
+than carry a guess.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from perf_plugin.ingest.trace_attribution import OpSample
 from perf_plugin.trace.args import tensor_args
+from perf_plugin.trace.events import TraceOp
 from perf_plugin.trace.mapped import MappedOp, Slot
 
 CAT_KERNEL = re.compile(r"CatArrayBatchedCopy.*?OpaqueType<(\d+)u?>")
@@ -36,7 +41,21 @@ def cat_element_bytes(kernels: Sequence[str]) -> int | None:
     return sizes.pop() if len(sizes) == 1 else None
 
 
-def resolve_cat_dtypes(mapped: MappedOp, sample: OpSample, following: Sequence[OpSample]) -> MappedOp:
+def trace_dtypes_by_size(ops: Iterable[TraceOp]) -> dict[int, frozenset[str]]:
+    """Element size -> the dtypes of that size among every tensor argument the trace recorded."""
+    found: dict[int, set[str]] = {}
+    for op in ops:
+        for tensor in tensor_args(op):
+            size = ELEMENT_BYTES.get(tensor.dtype)
+            if size is not None:
+                found.setdefault(size, set()).add(tensor.dtype)
+    return {size: frozenset(dtypes) for size, dtypes in found.items()}
+
+
+def resolve_cat_dtypes(
+    mapped: MappedOp, sample: OpSample, following: Sequence[OpSample],
+    trace_dtypes: Mapping[int, frozenset[str]] | None = None,
+) -> MappedOp:
     """``mapped`` with its empty dtype slots filled where the evidence above settles them."""
     if mapped.kernel_type != "ConcatD" or len(mapped.outputs) != 1 or mapped.outputs[0].shape is None:
         return mapped
@@ -50,7 +69,8 @@ def resolve_cat_dtypes(mapped: MappedOp, sample: OpSample, following: Sequence[O
         for tensor in tensor_args(reader.op):
             if tensor.shape == shape and ELEMENT_BYTES.get(tensor.dtype) == size:
                 return _with_dtype(mapped, tensor.dtype)
-    return mapped
+    only = (trace_dtypes or {}).get(size, frozenset())
+    return _with_dtype(mapped, next(iter(only))) if len(only) == 1 else mapped
 
 
 def _with_dtype(mapped: MappedOp, dtype: str) -> MappedOp:
