@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perf_plugin.database.schema import IDENTITY_COLUMNS, ROW_ORIGIN
+from perf_plugin.database.schema import IDENTITY_COLUMNS, INPUT_VALUES, INPUT_VALUES_SOURCE, ROW_ORIGIN
 from perf_plugin.replay.registry import signature_of
 from perf_plugin.grid.config import load_config
 from perf_plugin.grid.memory import budget_bytes
@@ -17,13 +17,15 @@ from perf_plugin.grid.models import MODELS, find_model
 from perf_plugin.grid.runner import GridRequest, KernelReport, run_grid
 from perf_plugin.replay.registry import get_replay
 from perf_plugin.replay.tensors import kernel_row_from_cells
+from perf_plugin.database.shapes import parse_shape_cell
+from tests.kernels.support import kernel_row, replay_of
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ascend"
 KERNEL_DETAILS = FIXTURES / "kernel_details_level2_llm_train.csv"
 FIA_ROWS = FIXTURES / "db_row_FusedInferAttentionScore.csv"
 PROFILED_TYPES = ("MatMulV2", "MatMulV3", "Add", "Mul", "Muls", "Cast", "RmsNorm", "SwiGlu", "TensorMove",
                   "Slice", "ConcatD", "GatherV2", "RotaryPositionEmbedding")
-EXTRA = ("avg_seq_len", ROW_ORIGIN)
+EXTRA = ("avg_seq_len", ROW_ORIGIN, INPUT_VALUES, INPUT_VALUES_SOURCE)  # the last two: expert loads
 
 
 def read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
@@ -168,7 +170,7 @@ def test_fused_attention_rows_keep_the_31_slot_profiler_format(expanded: Path) -
 def test_default_structure_for_a_kernel_type_without_source_rows(expanded: Path) -> None:
     text = (expanded / "GroupedMatmul.csv").read_text(encoding="utf-8")
     header, rows = read_rows(expanded / "GroupedMatmul.csv")
-    assert header == list(IDENTITY_COLUMNS) + [ROW_ORIGIN]
+    assert header == list(IDENTITY_COLUMNS) + [INPUT_VALUES, INPUT_VALUES_SOURCE, ROW_ORIGIN]
     assert '"""' not in text  # a new file uses plain shape cells
     for row in rows:
         cells = dict(zip(header, row))
@@ -179,6 +181,28 @@ def test_default_structure_for_a_kernel_type_without_source_rows(expanded: Path)
         group_list = int(cells["Input Shapes"].split(";")[7])
         assert w[0] == group_list and x[1] == w[1]
         assert tuple(map(int, cells["Output Shapes"].split(","))) == (x[0], w[2])
+
+
+def test_every_grouped_gemm_shape_is_written_once_per_expert_load(expanded: Path) -> None:
+    header, rows = read_rows(expanded / "GroupedMatmul.csv")
+    by_shape: dict[str, dict[str, tuple[int, ...]]] = {}
+    for row in rows:
+        cells = dict(zip(header, row))
+        ends = parse_shape_cell(cells[INPUT_VALUES])[7]
+        assert ends is not None
+        sizes = [b - a for a, b in zip((0, *ends), ends)]
+        m, experts = int(cells["Input Shapes"].split(",")[0]), int(cells["Input Shapes"].split(";")[7])
+        assert len(sizes) == experts and sum(sizes) == m and min(sizes) >= 0
+        by_shape.setdefault(cells["Input Shapes"], {})[cells[INPUT_VALUES_SOURCE]] = tuple(sizes)
+        replay_of("GroupedMatmul").check(kernel_row("GroupedMatmul", cells))  # the replay takes the groups
+    loads = {"grid: balanced", "grid: zipf 0.5", "grid: zipf 1", "grid: zipf 1.5", "grid: max_mean 2", "grid: max_mean 4"}
+    # the fixture samples the generated rows: every load is there, each shape has some of them
+    assert set().union(*by_shape.values()) == loads
+    for found in by_shape.values():
+        if "grid: balanced" in found:
+            assert max(found["grid: balanced"]) - min(found["grid: balanced"]) <= 1
+        if "grid: zipf 1" in found:
+            assert list(found["grid: zipf 1"]) == sorted(found["grid: zipf 1"], reverse=True)
 
 
 def test_documented_default_for_a_route_without_core(tmp_path: Path) -> None:
@@ -276,3 +300,18 @@ def test_dry_run_writes_nothing(tmp_path: Path) -> None:
     reports = run_grid(request)
     assert [r.written for r in reports] == [10, 0]
     assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
+
+
+def test_expert_loads_sum_to_the_rows_and_skew_as_stated() -> None:
+    from perf_plugin.grid.expert_load import parse_load
+
+    assert parse_load("balanced").sizes(10, 4) == (3, 3, 2, 2)
+    zipf = parse_load("zipf 1.0").sizes(1024, 8)
+    assert sum(zipf) == 1024 and list(zipf) == sorted(zipf, reverse=True)
+    assert abs(zipf[0] / (1024 / 8) - 8 / sum(1 / (i + 1) for i in range(8))) < 0.01  # ~2.94x the mean
+    top = parse_load("max_mean 4").sizes(1024, 8)
+    assert top[0] == 512 and sum(top) == 1024 and len(set(top[1:])) <= 2
+    assert parse_load("max_mean 100").sizes(16, 4) == (16, 0, 0, 0)  # capped at every row
+    for bad in ("zipf", "zipf -1", "max_mean 0.5", "uniform 2"):
+        with pytest.raises(ValueError, match="expert load"):
+            parse_load(bad)

@@ -93,6 +93,13 @@ class KernelRoute:
             names += [n for n in pattern.column_names if n not in names]
         return tuple(names)
 
+    @property
+    def written_columns(self) -> tuple[str, ...]:
+        """``column_names`` and the generator's own (``Input Values``: in the signature already)."""
+        return self.column_names + tuple(
+            n for n in self.generator.row_columns(self.options) if n not in self.column_names
+        )
+
 
 @dataclass(frozen=True)
 class GridConfig:

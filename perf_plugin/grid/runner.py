@@ -69,6 +69,7 @@ class KernelReport:
     repeated: int = 0  # generated before in this run (same shape from another model or TP size)
     available: int = 0
     written: int = 0
+    variants: int = 0  # rows a shape became beyond the first (one per expert load): candidates too
     default_structure_patterns: list[str] = field(default_factory=list)
 
 
@@ -122,16 +123,19 @@ def plan_rows(
             cells = layout.cells(candidate.inputs, candidate.outputs, style)
             cells = {name: cells[name] for name in identity}
             cells.update(zip(pattern.column_names, candidate.columns))
-            key = _key(kernel_type, cells, extra)
-            if key in seen:
-                report.repeated += 1
-                continue
-            seen.add(key)
-            if key in existing:
-                report.in_file += 1
-                continue
-            cells[ROW_ORIGIN] = row_origin(route.generator.name, candidate.model)
-            accepted.append(cells)
+            variants = route.generator.variants(route.options, cells)  # one per expert load, say
+            report.variants += len(variants) - 1
+            for variant in variants:
+                key = _key(kernel_type, variant, extra)
+                if key in seen:
+                    report.repeated += 1
+                    continue
+                seen.add(key)
+                if key in existing:
+                    report.in_file += 1
+                    continue
+                variant[ROW_ORIGIN] = row_origin(route.generator.name, candidate.model)
+                accepted.append(variant)
     report.evaluated = stats.evaluated
     report.filtered = stats.filtered
     report.skipped = stats.skipped_total
@@ -150,11 +154,11 @@ def _expand_kernel(kernel_type: str, route: KernelRoute, request: GridRequest) -
     if exists:
         table = CsvTable.read(path)
     else:
-        table = CsvTable.new(list(IDENTITY_COLUMNS) + list(route.column_names) + [ROW_ORIGIN])
+        table = CsvTable.new(list(IDENTITY_COLUMNS) + list(route.written_columns) + [ROW_ORIGIN])
     report = KernelReport(kernel_type, path, created=not exists)
     rows = plan_rows(kernel_type, route, table, request, report)
     if rows and not request.dry_run:
-        for column in route.column_names + (ROW_ORIGIN,):
+        for column in route.written_columns + (ROW_ORIGIN,):
             if not table.has_column(column):
                 table.insert_column(column)
         for row in rows:

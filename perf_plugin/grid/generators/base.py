@@ -35,6 +35,14 @@ class Generator(ABC):
         """Names this generator adds to the model parameters (for config checking)."""
         return frozenset()
 
+    def row_columns(self, options: Mapping[str, Any]) -> tuple[str, ...]:
+        """Columns ``variants`` writes beside the identity (part of a generated row's key)."""
+        return ()
+
+    def variants(self, options: Mapping[str, Any], cells: dict[str, str]) -> list[dict[str, str]]:
+        """The rows one generated shape becomes (itself, by default)."""
+        return [cells]
+
     @abstractmethod
     def base_envs(
         self, models: Sequence[ModelConfig], options: Mapping[str, Any], restricted: bool
