@@ -211,3 +211,36 @@ def test_a_values_cell_that_is_not_a_group_list_is_refused_naming_the_column(val
     with pytest.raises(CaseBuildError, match=match) as error:
         replay_of("GroupedMatmul").check(kernel_row("GroupedMatmul", cells))
     assert INPUT_VALUES in str(error.value)
+
+
+def test_the_ascend_reader_reads_rows_that_differ_only_in_their_values(tmp_path: Path) -> None:
+    """Two routings of the same GEMMs: the reader (every version) reads the file and returns the
+    first row of each shape, as docs/ascend-reader-contract.md says."""
+    import shutil
+
+    import pandas as pd
+    import torch.profiler as tp
+
+    from tests.ascend_reader import GENERATIONS, AscendReader, query_of
+    from tests.conftest import ASCEND
+
+    _, layer, x = layer_and_input(skew=0.5)
+    _, _, other = layer_and_input(skew=0.5, seed=7)
+    with torch.no_grad(), tp.profile(activities=[tp.ProfilerActivity.CPU], record_shapes=True) as prof:
+        with capture_input_values() as capture:
+            layer(x)
+            layer(other)
+    db = tmp_path / "db"
+    ingest_profiler(prof, db, capture.values)
+    shutil.copy(ASCEND / "op_mapping_vllm0.18.0_torch2.9.0_cann8.5.yaml", db / "op_mapping.yaml")
+    frame = pd.read_csv(db / "GroupedMatmul.csv")
+    first_of_shape = {}
+    for position, shapes in enumerate(frame["Input Shapes"]):
+        first_of_shape.setdefault(shapes, position)
+    assert len(frame) == 4 and len(first_of_shape) == 2
+    for generation in GENERATIONS:
+        reader = AscendReader(db, generation)
+        for position in range(len(frame)):
+            hit = reader.lookup("tensor_cast.grouped_matmul.default", query_of(frame.iloc[position]))
+            assert hit is not None and hit.kernel_type == "GroupedMatmul", generation.name
+            assert hit.row == first_of_shape[frame["Input Shapes"][position]], generation.name
