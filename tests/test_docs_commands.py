@@ -84,6 +84,10 @@ RUN = {
     "perfdb restore-quarantine DIR --kernel-type MatMulV2 --dry-run": "test_perfdb_restore_quarantine",
     "perfdb restore-quarantine DIR": "test_perfdb_restore_quarantine",
     "perfdb fia-runtime DIR --jsonl fia_runtime_metadata.jsonl": "test_perfdb_fia_runtime",
+    # docs/input-values.md
+    "perfdb ingest --profiling-path trace.json --database-path DIR": "test_perfdb_ingest_input_values",
+    "perfdb ingest --profiling-path elsewhere.json --input-values trace.values.json --database-path DIR":
+        "test_perfdb_ingest_input_values",
 }
 
 # (c) Needs hardware this machine lacks: documented command -> why; parsed by test_commands_that_need_absent_hardware_parse.
@@ -527,6 +531,34 @@ def test_perfdb_ingest(sh: Shell, project: Path, tmp_path: Path) -> None:
     assert done.ret == 0, done.out
     derived = project / "database" / "data" / "ATLAS_800_A3_752T_128G_DIE" / "vllm_ascend" / "vllm0.18.0_torch2.9.0_cann8.5"
     assert list(derived.glob("*.csv"))
+
+
+def test_perfdb_ingest_input_values(sh: Shell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A routed MoE layer profiled with the capture (examples/moe_trace.py, CPU-sized): the values
+    file beside the trace, then the same file named for a trace elsewhere."""
+    import importlib.util
+
+    import torch
+
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip("this torch has no _grouped_mm")
+    spec = importlib.util.spec_from_file_location("moe_trace_docs", ROOT / "examples" / "moe_trace.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = script
+    spec.loader.exec_module(script)
+    layer = script.build_layer(script.MoeShape(hidden=64, intermediate=32, experts=4, top_k=2), "cpu", 1.0)
+    x = torch.randn(32, 64).to(torch.bfloat16)
+    monkeypatch.chdir(tmp_path)
+    script.profile_layer(layer, x, tmp_path / "trace.json")
+    for command, db in (("perfdb ingest --profiling-path trace.json --database-path DIR", "db"),
+                        ("perfdb ingest --profiling-path elsewhere.json --input-values trace.values.json "
+                         "--database-path DIR", "db_elsewhere")):
+        shutil.copy(tmp_path / "trace.json", tmp_path / "elsewhere.json")
+        done = sh.perfdb(documented(command).replace("DIR", str(tmp_path / db)))
+        assert done.ret == 0, done.out
+        assert "2 of 2 captured call(s) attached" in done.out
+        assert {row["Input Values Source"] for row in rows(tmp_path / db / "GroupedMatmul.csv")} == {"measured"}
 
 
 def test_perfdb_grid(sh: Shell, project: Path, tmp_path: Path) -> None:
