@@ -50,6 +50,36 @@ DTYPES: Mapping[str, tuple[str, int]] = MappingProxyType(
         "FLOAT8_E4M3FN": ("float8_e4m3fn", 1),
         "FLOAT8_E5M2": ("float8_e5m2", 1),
         "HIFLOAT8": ("uint8", 1),
+        # The rest of CANN 8.x's data types (ge::DataType / aclDataType), so that every row a
+        # profiler writes parses: UINT16 is the argmax mask of Ascend's max pooling
+        # (MaxPoolWithArgmaxV1), UINT32 a counter type.  Types torch has map to it; packed
+        # sub-byte, quantised and non-numeric types to the storage torch_npu gives them (a row of
+        # such a type parses, and a replay that cannot compute with it says so).
+        "UINT16": ("uint16", 2),
+        "UINT32": ("uint32", 4),
+        "COMPLEX32": ("complex32", 4),
+        "COMPLEX128": ("complex128", 16),
+        "FLOAT8_E8M0": ("float8_e8m0fnu", 1),
+        "INT4": ("uint8", 1),
+        "INT2": ("uint8", 1),
+        "UINT2": ("uint8", 1),
+        "UINT1": ("uint8", 1),
+        "FLOAT4_E2M1": ("uint8", 1),
+        "FLOAT4_E1M2": ("uint8", 1),
+        "FLOAT6_E3M2": ("uint8", 1),
+        "FLOAT6_E2M3": ("uint8", 1),
+        "QINT8": ("int8", 1),
+        "QUINT8": ("uint8", 1),
+        "QINT16": ("int16", 2),
+        "QUINT16": ("uint16", 2),
+        "QINT32": ("int32", 4),
+        "DUAL_SUB_INT8": ("int8", 1),
+        "DUAL_SUB_UINT8": ("uint8", 1),
+        "DUAL": ("uint8", 1),
+        "STRING": ("uint8", 1),
+        "STRING_REF": ("uint8", 1),
+        "RESOURCE": ("uint8", 1),
+        "VARIANT": ("uint8", 1),
     }
 )
 FLOATING = frozenset(
