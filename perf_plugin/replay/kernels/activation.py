@@ -150,3 +150,34 @@ class SoftmaxReplay(OpReplay):
 
     def reference(self, x: "torch.Tensor", dim: int, dtype: "torch.dtype | None") -> "torch.Tensor":
         return x.detach().to("cpu").double().softmax(dim)
+
+
+class ReluGradReplay(OpReplay):
+    """``ReluGrad`` (real Level1 rows ``"32,4096;32,4096"`` FLOAT -> ``"32,4096"``): ``dy; y`` ->
+    ``dx = dy * (y > 0)``, ``threshold_backward(dy, y, 0)`` on every device (op-plugin -> ReluGrad);
+    exact."""
+
+    kernel_types = ("ReluGrad",)
+    npu_api = "torch.ops.aten.threshold_backward"
+
+    def check(self, row: KernelRow) -> None:
+        if len(row.inputs) != 2 or len(row.present_outputs) != 1:
+            raise CaseBuildError("ReluGrad needs dy, y and one output dx")
+        dy, y, dx = row.inputs[0], row.inputs[1], row.present_outputs[0]
+        if not dy.shape == y.shape == dx.shape or not dy.dtype == y.dtype == dx.dtype:
+            raise CaseBuildError(f"ReluGrad dy {shape_text(dy)}, y {shape_text(y)}, dx {shape_text(dx)}: one shape and dtype")
+
+    def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
+        self.check(row)
+        return self.random(row.inputs[0], device, generator), self.random(row.inputs[1], device, generator).sub_(0.5)
+
+    def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
+        return self.api_call(*args, 0)
+
+    def run(self, dy: "torch.Tensor", y: "torch.Tensor") -> "torch.Tensor":
+        import torch
+
+        return torch.ops.aten.threshold_backward(dy, y, 0)  # type: ignore[no-any-return]
+
+    def tolerance(self, output: TensorSpec) -> float:
+        return 0.0

@@ -79,11 +79,11 @@ def conv_plan(row: KernelRow, x: TensorSpec, weight: TensorSpec, dy: TensorSpec,
     if k * k != area or not k or n1 * N0 != ys[1] or xs[0] != ys[0]:
         raise CaseBuildError(f"{row.kernel_type}: weight {shape_text(weight)} does not fit input {shape_text(x)} and "
                              f"output {shape_text(dy)} with a square kernel")
-    fits = [geometry(xs[axis], ys[axis], k) for axis in (2, 3)]
-    if fits[0] is None or fits[1] is None:
+    height, width = geometry(xs[2], ys[2], k), geometry(xs[3], ys[3], k)
+    if height is None or width is None:
         raise CaseBuildError(f"{row.kernel_type}: no stride and padding turn {xs[2]}x{xs[3]} into {ys[2]}x{ys[3]} "
                              f"with a {k}x{k} kernel")
-    (sh, ph), (sw, pw) = fits
+    (sh, ph), (sw, pw) = height, width
     return ConvPlan(xs, (ys[1], xs[1], k, k), ys, (sh, sw), (ph, pw), bias)
 
 

@@ -1,4 +1,4 @@
-"""Order statistics: ``ArgMaxV2`` and ``Sort``.
+"""Order statistics: ``ArgMaxV2``, ``Sort`` and ``TopKV2``.
 
 Both kernels write INT32 indices, which the aclnn entry points cast to the INT64 torch returns
 in a separate ``Cast`` kernel (hicann ``aclnn_argmax.cpp``: ``l0op::ArgMaxV2`` then
@@ -249,4 +249,48 @@ class SortReplay(_ExactReplay):
         import torch
 
         values, indices = torch.sort(x, dim=-1, descending=False, stable=stable)
+        return values, indices
+
+
+class TopKV2Replay(_ExactReplay):
+    """``TopKV2`` (real Level1 row ``"32,1000;"`` FLOAT;INT32 -> ``"32,5;32,5"`` FLOAT;INT32: top-5
+    accuracy): ``x; k`` (a 0-d slot) -> ``values; indices`` along the last dim, largest first,
+    sorted.  ``k`` is the outputs' last dim.  API (op_mapping.yaml: ``aten.topk.default`` ->
+    TopKV2): ``torch.topk``, whose indices are INT64 (the kernel's INT32 are cast by aclnn, as
+    for ``Sort``).  Values are distinct per row (``_distinct_values``), so the indices are unique."""
+
+    kernel_types = ("TopKV2",)
+    npu_api = "torch.topk"
+
+    def _slots(self, row: KernelRow) -> tuple[TensorSpec, TensorSpec, TensorSpec]:
+        outputs = row.present_outputs
+        if not row.inputs or not row.inputs[0].shape or len(outputs) != 2:
+            raise CaseBuildError(f"{row.kernel_type} needs x (and k) and the outputs values;indices")
+        x, values, indices = row.inputs[0], outputs[0], outputs[1]
+        assert x.shape is not None and values.shape is not None
+        if values.shape[:-1] != x.shape[:-1] or values.shape != indices.shape or values.shape[-1] > x.shape[-1]:
+            raise CaseBuildError(f"{row.kernel_type} values {shape_text(values)} are not a top-k of x {shape_text(x)} "
+                                 "along its last dim")
+        if values.dtype != x.dtype or indices.dtype not in INDEX_DTYPES:
+            raise CaseBuildError(f"{row.kernel_type} outputs {values.dtype};{indices.dtype}: x's dtype and INT32/INT64")
+        return x, values, indices
+
+    def check(self, row: KernelRow) -> None:
+        self._slots(row)
+
+    def expected_outputs(self, row: KernelRow) -> tuple[TensorSpec, ...]:
+        _, values, indices = self._slots(row)
+        return values, TensorSpec(indices.shape, "INT64", indices.format)
+
+    def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
+        x, values, _ = self._slots(row)
+        assert x.shape is not None and values.shape is not None
+        if x.shape[-1] > distinct_capacity(x):
+            raise CaseBuildError(f"{row.kernel_type}: {x.shape[-1]} values per row cannot all differ in {x.dtype}")
+        return _distinct_values(x, device, generator), values.shape[-1]
+
+    def run(self, x: "torch.Tensor", k: int) -> tuple["torch.Tensor", "torch.Tensor"]:
+        import torch
+
+        values, indices = torch.topk(x, k, dim=-1, largest=True, sorted=True)
         return values, indices

@@ -1,4 +1,4 @@
-"""Unary elementwise replays: ``Sin``, ``Cos`` (rotary embeddings) and ``Abs``.
+"""Unary elementwise replays: ``Sin``, ``Cos`` (rotary embeddings), ``Abs`` and ``Relu``.
 
 Row layout (the real Level2 training profile, CANN 8.3): one input ``x`` and one output of the
 same shape, ``"4096,1,1,128"`` FLOAT -> ``"4096,1,1,128"`` FLOAT for ``Sin`` / ``Cos`` (the
@@ -111,3 +111,20 @@ class AbsReplay(_UnaryReplay):
 
     def tolerance(self, output: TensorSpec) -> float:
         return 0.0  # |x| is exact in every dtype: the float64 reference rounds back to the same value
+
+
+class ReluReplay(_UnaryReplay):
+    """``Relu`` (real Level1 rows ``"32,64,55,55"`` FLOAT NCHW -> the same): ``torch.relu``,
+    aclnnRelu on the NPU; exact (max(x, 0) rounds to itself)."""
+
+    kernel_types = ("Relu",)
+    npu_api = "torch.relu"
+    function = "relu"
+    float_result = False
+
+    def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
+        x, _ = self.operands(row)
+        return (self.random(x, device, generator).sub_(0.5),)  # both signs: half the elements clamped
+
+    def tolerance(self, output: TensorSpec) -> float:
+        return 0.0
