@@ -220,7 +220,9 @@ class ApplyAdamWV2Replay(OpReplay):
         var, m, v, grad = (self.random(var_spec, device, generator) for _ in range(4))
         v.abs_()  # a second moment is non-negative
         assert step_spec.shape is not None
-        step = torch.full(step_spec.shape, ADAMW_STEP, dtype=step_spec.torch_dtype(), device=device)
+        # CUDA's fused AdamW reads only floating step counts; the NPU kernel the row's INT64
+        dtype = torch.float32 if device.type == "cuda" else step_spec.torch_dtype()
+        step = torch.full(step_spec.shape, ADAMW_STEP, dtype=dtype, device=device)
         # Host copies of the initial state for the reference, since run updates in place (a meta
         # tensor has no values to copy).
         initial = tuple(t.detach().to("cpu", copy=True) for t in (var, m, v)) if device.type != "meta" else ()
