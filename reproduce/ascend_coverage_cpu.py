@@ -1,34 +1,38 @@
-"""Coverage of a real profile: the Ascend Level2 training profile, ingested and replayed on the CPU.
+"""Coverage of the real Ascend profiles, ingested and replayed on the CPU.
 
-Reproduces docs/coverage.md, "Coverage of real profiles", first item: of the 109 rows that
-``perfdb ingest`` makes of ``tests/fixtures/ascend/kernel_details_level2_llm_train.csv`` (a
-real CANN 8.3 Level2 profile of an LLM training step), 108 replay and pass on the CPU (99.1 %
-of the rows), 99.2 % of the profile's compute time; the row left is a MemSet (a memory
+Reproduces docs/coverage.md, "Coverage of real profiles": ``--level level2`` (default) ingests
+``tests/fixtures/ascend/kernel_details_level2_llm_train.csv`` (a real CANN 8.3 Level2 profile of an
+LLM training step: 109 rows), of which 108 replay and pass (99.1 % of the rows), 99.2 % of the
+profile's compute time; ``--level level1`` ingests ``kernel_details_level1.csv`` (a CNN trained on
+an NPU, batch 32: 134 rows in 33 kernel types, convolutions on 5HD and FRACTAL_Z layouts,
+TransData, the optimizer's Foreach kernels, max pooling with its UINT16 mask), of which 133
+replay and pass (99.3 %), 98.2 % of its time.  The row left in both is a MemSet (a memory
 initialisation the profile records with no shapes of its own).
 
 Steps: ingest the profile into a fresh database (``perfdb ingest --profiling-path FILE
 --database-path OUT/db``), replay it with ``pytest bench --perf-database-path OUT/db
---perf-repeat-count 3 --perf-warmup-count 1`` (as ``tests/test_level2_end_to_end.py`` does),
-then read the row and time-weighted coverage from the run's JSON report.
+--perf-repeat-count 3 --perf-warmup-count 1`` (as ``tests/test_level2_end_to_end.py`` and
+``tests/test_level1_end_to_end.py`` do), then read the row and time-weighted coverage from the
+run's JSON report.
 
 Prerequisites: a CPU (no accelerator; verified on a 2-core x86-64 machine), Python 3.11+, torch
 (2.13 CPU build verified), this project installed (``pip install -e .``); the script is run from
-a checkout of the repository (it needs ``bench/`` and the fixture).
+a checkout of the repository (it needs ``bench/`` and the fixtures).
 
-    python reproduce/level2_coverage_cpu.py [--out DIR]
+    python reproduce/ascend_coverage_cpu.py [--level level1|level2] [--out DIR]
 
-Expected output (about 3 minutes on a 2-core x86 machine): perfdb's ingest summary (109 rows
-in 35 kernel types, 15 communication rows left out), the tail of pytest's output (``108 passed,
-1 skipped``, the MemSet row named with its reason), then
+Expected output (about 3 minutes per profile on a 2-core x86 machine): perfdb's ingest summary,
+the tail of pytest's output (``108 passed, 1 skipped`` / ``133 passed, 1 skipped``, the MemSet row
+named with its reason), then
 
     rows: 108 of 109 replayed and passed (99.1 %), 99.2 % of the profiled compute time
     not replayed: OUT/db/MemSet.csv, row 2: replay cannot be built: MemSet records no tensors
     README: 108 of 109 rows, 99.2 % of the time -> match
 
-and ``OUT/level2_coverage_cpu.json`` (fields of the reproduction-run convention; ``stats`` holds
+and ``OUT/ascend_coverage_cpu.json`` (fields of the reproduction-run convention; ``stats`` holds
 the figures).  ``OUT`` (by default a new temporary directory, kept) also holds the replayed
 database ``OUT/db`` with its reports and pytest's output ``OUT/pytest.log``.  Exit status 1
-when the figures differ from README's.
+when the figures differ from the documented ones.
 """
 
 from __future__ import annotations
@@ -47,10 +51,13 @@ from perf_plugin.report.environment import collect_env_spec
 from perf_plugin.report.run_json import LLM_CONCURRENCY, finite_values, report_json
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILE = ROOT / "tests" / "fixtures" / "ascend" / "kernel_details_level2_llm_train.csv"
-NAME = "level2_coverage_cpu"
-README_ROWS = (108, 109)  # passed, selected
-README_TIME_PERCENT = 99.2
+FIXTURES = ROOT / "tests" / "fixtures" / "ascend"
+NAME = "ascend_coverage_cpu"
+# level -> (profile, (rows passed, rows selected), share of the profiled time in %), as documented
+PROFILES: dict[str, tuple[Path, tuple[int, int], float]] = {
+    "level2": (FIXTURES / "kernel_details_level2_llm_train.csv", (108, 109), 99.2),
+    "level1": (FIXTURES / "kernel_details_level1.csv", (133, 134), 98.2),
+}
 
 
 def replay(database: Path, repeats: int, warmups: int, log: Path) -> int:
@@ -75,7 +82,7 @@ def run_report(database: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="output directory (default: a new temporary directory, kept)")
-    parser.add_argument("--profile", type=Path, default=PROFILE, help="kernel_details CSV to ingest (default: %(default)s)")
+    parser.add_argument("--level", choices=sorted(PROFILES), default="level2", help="which real profile (default: level2)")
     parser.add_argument("--repeats", type=int, default=3, help="--perf-repeat-count (default 3)")
     parser.add_argument("--warmups", type=int, default=1, help="--perf-warmup-count (default 1)")
     args = parser.parse_args(argv)
@@ -86,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     database = out / "db"
     if database.exists():
         raise SystemExit(f"{database} exists: give an empty --out")
-    if perfdb(["ingest", "--profiling-path", str(args.profile), "--database-path", str(database)]) != 0:
+    profile, README_ROWS, README_TIME_PERCENT = PROFILES[args.level]  # noqa: N806 (the documented figures)
+    if perfdb(["ingest", "--profiling-path", str(profile), "--database-path", str(database)]) != 0:
         return 1
     code = replay(database, args.repeats, args.warmups, out / "pytest.log")
     report = run_report(database)
@@ -129,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         "env_spec": collect_env_spec("cpu", cwd=ROOT),
         "task_log_dir": str(out),
         "stats": stats,
-        "profile": str(args.profile),
+        "profile": str(profile),
         "replay_run": run,
     }
     path = out / f"{NAME}.json"
