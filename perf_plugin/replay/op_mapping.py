@@ -11,8 +11,11 @@ Rules: a kernel type's own registered replay always wins; otherwise the first ma
 order whose primary has a replay and lists the kernel type as an alternate decides, unless the
 kernel type is itself the primary of another mapping (``GatherV3`` is an alternate of
 ``aten.embedding`` but the primary of ``aten.index_select``: another API launches it, so the
-embedding replay would not).  Mappings without a primary (composite, zero-cost) are ignored.  The file is read with ``yaml.safe_load``;
-a malformed file is a DatabaseError naming the file and line.
+embedding replay would not).  Mappings without a primary (composite, zero-cost) are ignored.  A
+kernel type left without a replay that an ``aten.*`` mapping names (as its primary, or as an
+alternate of a primary with no replay either) is replayed through that operator
+(``perf_plugin.replay.mapped_aten``), the first such mapping in file order deciding.  The file is
+read with ``yaml.safe_load``; a malformed file is a DatabaseError naming the file and line.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.file_kind import SNIFF_BYTES, FileKind, classify
 from perf_plugin.replay.base import OpReplay
+from perf_plugin.replay.mapped_aten import MappedAtenReplay, split_operator
 from perf_plugin.replay.registry import KernelCatalog, catalog
 
 OP_MAPPING_FILE = "op_mapping.yaml"
@@ -51,16 +55,36 @@ def _read_yaml(path: Path) -> Any:
         raise DatabaseError(f"cannot read file: {exc.strerror}", path=path) from None
 
 
-def replay_aliases(path: Path, has_replay: Callable[[str], bool]) -> dict[str, str]:
-    """Alternate kernel type -> the primary kernel type whose replay replays it."""
+def _mappings(path: Path) -> dict[str, Any]:
     document = _read_yaml(path)
-    if document is None:
-        return {}
     mappings = document.get("operator_mappings") if isinstance(document, dict) else None
     if mappings is None:
         return {}
     if not isinstance(mappings, dict):
         raise DatabaseError("'operator_mappings' is not a mapping", path=path)
+    return mappings
+
+
+def aten_routes(path: Path, has_replay: Callable[[str], bool]) -> dict[str, tuple[str, str]]:
+    """Kernel type with no replay -> (aten operator, overload) of the first mapping that names it."""
+    routes: dict[str, tuple[str, str]] = {}
+    for op_name, mapping in _mappings(path).items():
+        operator = split_operator(str(op_name))
+        if operator is None or not isinstance(mapping, dict):
+            continue
+        primary = mapping.get("kernel_type")
+        if not isinstance(primary, str) or has_replay(primary):
+            continue  # a primary with a replay stands for its alternates (replay_aliases)
+        alternates = mapping.get("alternate_kernel_types") or []
+        for kernel_type in (primary, *(a for a in alternates if isinstance(a, str))):
+            if not has_replay(kernel_type):
+                routes.setdefault(kernel_type, operator)
+    return routes
+
+
+def replay_aliases(path: Path, has_replay: Callable[[str], bool]) -> dict[str, str]:
+    """Alternate kernel type -> the primary kernel type whose replay replays it."""
+    mappings = _mappings(path)
     # Profiling-only placeholders (``profiling.<KernelType>``) name no API: not a primary that another API launches
     primaries = {
         m.get("kernel_type")
@@ -89,15 +113,41 @@ def replay_lookup_for(
     """(lookup, replay kernel type) for a database directory, honouring its op_mapping.yaml."""
     kernels = catalog() if kernels is None else kernels
     path = Path(directory) / OP_MAPPING_FILE
-    aliases = replay_aliases(path, lambda name: kernels.replay(name) is not None) if path.exists() else {}
+
+    def has_replay(name: str) -> bool:
+        return kernels.replay(name) is not None
+
+    aliases = replay_aliases(path, has_replay) if path.exists() else {}
+    routes = aten_routes(path, lambda name: has_replay(name) or name in aliases) if path.exists() else {}
 
     def replay_type(kernel_type: str) -> str:
-        return kernel_type if kernels.replay(kernel_type) is not None else aliases.get(kernel_type, kernel_type)
+        if has_replay(kernel_type):
+            return kernel_type
+        if kernel_type in aliases:
+            return aliases[kernel_type]
+        return mapped_name(*routes[kernel_type]) if kernel_type in routes else kernel_type
 
     def lookup(kernel_type: str) -> OpReplay | None:
-        return kernels.replay(replay_type(kernel_type))
+        return resolve_replay(replay_type(kernel_type), kernels)
 
     return lookup, replay_type
+
+
+MAPPED_PREFIX = "mapped:"
+
+
+def mapped_name(operator: str, overload: str) -> str:
+    """The replay name of a kernel type routed through ``aten.<operator>.<overload>``."""
+    return f"{MAPPED_PREFIX}aten.{operator}.{overload}"
+
+
+def resolve_replay(name: str, kernels: KernelCatalog | None = None) -> OpReplay | None:
+    """The replay a case's ``replay_kernel_type`` names: a registered kernel type's, or a route
+    through an aten operator (``mapped:aten.<op>.<overload>``, what ``replay_lookup_for`` gives)."""
+    if name.startswith(MAPPED_PREFIX):
+        operator = split_operator(name[len(MAPPED_PREFIX):])
+        return MappedAtenReplay(*operator) if operator is not None else None
+    return (catalog() if kernels is None else kernels).replay(name)
 
 
 def missing_replay_reason(directory: Path, kernel_type: str, kernels: KernelCatalog | None = None) -> str:

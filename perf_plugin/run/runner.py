@@ -34,7 +34,7 @@ from perf_plugin.replay.cache_modes import (
 from perf_plugin.replay.code_eviction import CodeCache, code_cache_state, code_eviction, in_order
 from perf_plugin.replay.dirty_lines import dirty_bytes, dirty_lines
 from perf_plugin.replay.cold_inputs import cold_inputs, has_reuse_evidence
-from perf_plugin.replay.registry import get_replay
+from perf_plugin.replay.op_mapping import resolve_replay
 from perf_plugin.replay.verify import VerificationError, verify_outputs
 
 if TYPE_CHECKING:
@@ -272,7 +272,7 @@ class ReplayRunner:
 
     def run(self, case: "Case") -> None:
         assert case.row is not None
-        replay = get_replay(case.replay_kernel_type or case.ref.kernel_type)
+        replay = resolve_replay(case.replay_kernel_type or case.ref.kernel_type)
         if replay is None:
             raise CaseSkip(f"no replay for kernel type {case.ref.kernel_type}")
         self._check_memory(case)
