@@ -25,6 +25,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "perf_plugin.database.command",
     "perf_plugin.run.resume_command",
     "perf_plugin.run.merge_command",
+    "perf_plugin.lookup.command",
 )
 
 

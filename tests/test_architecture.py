@@ -7,7 +7,7 @@ The layers, bottom first (a module may import its own layer and the ones below):
 1. ``trace``, ``capture``, ``backends``: trace records and what a model run adds to them,
    what differs between devices;
 2. ``replay``: kernel types and their replays;
-3. ``options``, ``ingest``, ``profiling``, ``grid``, ``report``: what reads and writes the database;
+3. ``options``, ``ingest``, ``profiling``, ``grid``, ``report``, ``lookup``: what reads and writes the database;
 4. ``run``, ``comm``, ``candidates``: the session machinery, and candidate kernels judged in it;
 5. ``plugin``, ``hookspecs``, ``cli``: the entry points.
 
@@ -26,7 +26,7 @@ LAYER = {
     "database": 0, "results": 0, "usage": 0, "__init__": 0,
     "trace": 1, "capture": 1, "backends": 1,
     "replay": 2,
-    "options": 3, "ingest": 3, "profiling": 3, "grid": 3, "report": 3,
+    "options": 3, "ingest": 3, "profiling": 3, "grid": 3, "report": 3, "lookup": 3,
     "run": 4, "comm": 4, "candidates": 4,
     "plugin": 5, "hookspecs": 5, "cli": 5,
 }

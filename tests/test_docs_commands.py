@@ -84,6 +84,10 @@ RUN = {
     "perfdb restore-quarantine DIR --kernel-type MatMulV2 --dry-run": "test_perfdb_restore_quarantine",
     "perfdb restore-quarantine DIR": "test_perfdb_restore_quarantine",
     "perfdb fia-runtime DIR --jsonl fia_runtime_metadata.jsonl": "test_perfdb_fia_runtime",
+    # docs/perfdb.md: lookup
+    'perfdb lookup --database-path DIR --kernel-type MatMulV3 --input-shapes "4096,1024;5120,1024" '
+    '--input-dtypes "DT_BF16;DT_BF16"': "test_perfdb_lookup",
+    "perfdb lookup --database-path DIR --queries queries.csv --out answers.csv": "test_perfdb_lookup",
     # docs/input-values.md
     "perfdb ingest --profiling-path trace.json --database-path DIR": "test_perfdb_ingest_input_values",
     "perfdb ingest --profiling-path elsewhere.json --input-values trace.values.json --database-path DIR":
@@ -559,6 +563,21 @@ def test_perfdb_ingest_input_values(sh: Shell, tmp_path: Path, monkeypatch: pyte
         assert done.ret == 0, done.out
         assert "2 of 2 captured call(s) attached" in done.out
         assert {row["Input Values Source"] for row in rows(tmp_path / db / "GroupedMatmul.csv")} == {"measured"}
+
+
+def test_perfdb_lookup(sh: Shell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the real Level2 profile's rows: one interpolated query, then a CSV of queries."""
+    db = tmp_path / "db"
+    assert sh.perfdb(f"perfdb ingest --profiling-path {FIXTURES / 'ascend' / 'kernel_details_level2_llm_train.csv'} "
+                     f"--database-path {db}").ret == 0
+    done = sh.perfdb(documented('perfdb lookup --database-path DIR --kernel-type MatMulV3 --input-shapes '
+                                '"4096,1024;5120,1024" --input-dtypes "DT_BF16;DT_BF16"').replace("DIR", str(db)))
+    assert done.ret == 0 and "interpolated" in done.out, done.out
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "queries.csv").write_text('Kernel Type,Input Shapes,Input Data Types\nMatMulV3,"4096,1024;6144,1024",DT_BF16;DT_BF16\n')
+    done = sh.perfdb(documented("perfdb lookup --database-path DIR --queries queries.csv --out answers.csv").replace("DIR", str(db)))
+    assert done.ret == 0, done.out
+    assert rows(tmp_path / "answers.csv")[0]["Provenance"] == "exact"
 
 
 def test_perfdb_grid(sh: Shell, project: Path, tmp_path: Path) -> None:

@@ -1,0 +1,113 @@
+"""``perfdb lookup``: durations for shapes, one query on the command line or a CSV of them.
+
+    perfdb lookup --database-path DIR --kernel-type MatMulV2 --input-shapes "4096,1024;1024,2048" --input-dtypes "DT_BF16;DT_BF16"
+    perfdb lookup --database-path DIR --queries queries.csv --out answers.csv
+
+A queries CSV has the columns ``Kernel Type``, ``Input Shapes``, ``Input Data Types`` and, where
+wanted, ``Input Formats`` and ``Output Shapes`` (cells as a database row writes them); the
+answers CSV repeats them and adds ``Duration(us)``, ``Provenance``, ``Rows``, ``Method`` and
+``Reason``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+from perf_plugin.database.atomic import atomic_write_text
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.shapes import parse_shape_cell, split_slots
+from perf_plugin.database.signature import normalise_dtype, normalise_format
+from perf_plugin.lookup.answer import Answer, Query
+from perf_plugin.lookup.api import lookup
+from perf_plugin.usage import UsageError
+
+QUERY_COLUMNS = ("Kernel Type", "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes")
+ANSWER_COLUMNS = ("Duration(us)", "Provenance", "Rows", "Method", "Reason")
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = subparsers.add_parser("lookup", help="the duration of a kernel at given shapes, exact or interpolated",
+                                   description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database-path", type=Path, required=True, help="the database directory to answer from")
+    parser.add_argument("--kernel-type", help="the kernel type (its CSV's name)")
+    parser.add_argument("--input-shapes", help='as a row writes them, e.g. "4096,1024;1024,2048"')
+    parser.add_argument("--input-dtypes", help='e.g. "DT_BF16;DT_BF16"')
+    parser.add_argument("--input-formats", default="", help="optional, e.g. ND;FRACTAL_NZ")
+    parser.add_argument("--output-shapes", default="", help="optional")
+    parser.add_argument("--queries", type=Path, help="a CSV of queries (instead of one on the command line)")
+    parser.add_argument("--out", type=Path, help="where the answers CSV goes (with --queries)")
+    parser.set_defaults(func=run)
+
+
+def make_query(cells: dict[str, str]) -> Query:
+    """A query from row-style cells; DatabaseError naming the column that does not parse."""
+    for column in QUERY_COLUMNS[:3]:
+        if not cells.get(column, "").strip():
+            raise DatabaseError("is empty", column=column)
+    shapes = {}
+    for column in ("Input Shapes", "Output Shapes"):
+        try:
+            shapes[column] = tuple(parse_shape_cell(cells.get(column, "")))
+        except DatabaseError as exc:
+            raise exc.located(column=column) from None
+    return Query(
+        cells["Kernel Type"].strip(), shapes["Input Shapes"],
+        tuple(normalise_dtype(t) for t in split_slots(cells["Input Data Types"])),
+        tuple(normalise_format(t) for t in split_slots(cells.get("Input Formats", ""))),
+        shapes["Output Shapes"],
+    )
+
+
+def answer_cells(answer: Answer) -> dict[str, str]:
+    return {
+        "Duration(us)": "" if answer.duration_us is None else f"{answer.duration_us:.6g}",
+        "Provenance": answer.provenance,
+        "Rows": ";".join(map(str, answer.rows)),
+        "Method": answer.column,
+        "Reason": answer.reason,
+    }
+
+
+def _batch(database: Path, queries: Path, out: Path) -> int:
+    try:
+        with queries.open(newline="") as handle:
+            records = list(csv.DictReader(handle))
+    except OSError as exc:
+        raise DatabaseError(f"cannot read: {exc.strerror}", path=queries) from None
+    answered = []
+    for line, cells in enumerate(records, start=2):
+        try:
+            query = make_query(cells)
+        except DatabaseError as exc:
+            raise exc.located(path=queries, row=line) from None
+        answered.append({**{c: cells.get(c, "") for c in QUERY_COLUMNS}, **answer_cells(lookup(database, query))})
+    atomic_write_text(out, _csv_text(answered))
+    print(f"{len(answered)} answer(s): {sum(1 for a in answered if a['Duration(us)'])} with a duration -> {out}")
+    return 0
+
+
+def _csv_text(records: list[dict[str, str]]) -> str:
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(QUERY_COLUMNS + ANSWER_COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(records)
+    return buffer.getvalue()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.queries is not None:
+        if args.out is None:
+            raise UsageError("--queries needs --out, the answers CSV")
+        return _batch(args.database_path, args.queries, args.out)
+    if not (args.kernel_type and args.input_shapes and args.input_dtypes):
+        raise UsageError("give --kernel-type, --input-shapes and --input-dtypes (or --queries FILE --out FILE)")
+    query = make_query({"Kernel Type": args.kernel_type, "Input Shapes": args.input_shapes,
+                        "Input Data Types": args.input_dtypes, "Input Formats": args.input_formats,
+                        "Output Shapes": args.output_shapes})
+    answer = lookup(args.database_path, query)
+    print(answer.line())
+    return 0 if answer.duration_us is not None else 1

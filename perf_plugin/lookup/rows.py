@@ -1,0 +1,53 @@
+"""A kernel CSV's rows as lookups read them: identity cells parsed, and one duration per row.
+
+The duration is the first of ``Average Duration(us)``, ``Profiling Average Duration(us)`` and
+``Duration(us)`` that holds a finite positive value: the Ascend performance model's reader's
+preference, so both answer from the same cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from perf_plugin.database.schema import DURATION_PREFERENCE, parse_duration
+from perf_plugin.database.shapes import Shape, parse_shape_cell, split_slots
+from perf_plugin.database.signature import normalise_dtype, normalise_format
+from perf_plugin.database.table import CsvTable
+
+
+@dataclass(frozen=True)
+class MeasuredRow:
+    line: int  # 1-based, the header being line 1
+    input_shapes: tuple[Shape | None, ...]
+    input_dtypes: tuple[str, ...]
+    input_formats: tuple[str, ...]
+    output_shapes: tuple[Shape | None, ...]
+    duration_us: float | None
+    column: str
+
+
+def read_rows(path: Path) -> list[MeasuredRow]:
+    """Every row of ``path`` whose identity cells parse (a row that does not is left out)."""
+    table = CsvTable.read(path)
+    rows = []
+    for index in range(len(table)):
+        cells = table.row_dict(index)
+        try:
+            inputs = tuple(parse_shape_cell(cells.get("Input Shapes", "")))
+            outputs = tuple(parse_shape_cell(cells.get("Output Shapes", "")))
+        except Exception:  # noqa: BLE001  (a malformed row answers nothing; pytest bench names it)
+            continue
+        duration, column = None, ""
+        for name in DURATION_PREFERENCE:
+            duration = parse_duration(cells.get(name, ""))
+            if duration is not None:
+                column = name
+                break
+        rows.append(MeasuredRow(
+            index + 2, inputs,
+            tuple(normalise_dtype(t) for t in split_slots(cells.get("Input Data Types", ""))),
+            tuple(normalise_format(t) for t in split_slots(cells.get("Input Formats", ""))),
+            outputs, duration, column,
+        ))
+    return rows

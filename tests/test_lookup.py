@@ -1,0 +1,107 @@
+"""``perfdb lookup`` and ``perf_plugin.lookup``: answers from the real Level2 profile's rows,
+exact or interpolated along one GEMM dimension, never extrapolated."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from perf_plugin.cli import main as perfdb
+from perf_plugin.database.table import CsvTable
+from perf_plugin.lookup import Query, lookup
+from perf_plugin.lookup.command import make_query
+from tests.conftest import ASCEND
+
+V3 = "MatMulV3"
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("lookup") / "db"
+    assert perfdb(["ingest", "--profiling-path", str(ASCEND / "kernel_details_level2_llm_train.csv"),
+                   "--database-path", str(db)]) == 0
+    return db
+
+
+def gemm(shapes: str, dtypes: str = "DT_BF16;DT_BF16", kernel_type: str = V3) -> Query:
+    return make_query({"Kernel Type": kernel_type, "Input Shapes": shapes, "Input Data Types": dtypes})
+
+
+def profiled(db: Path, kernel_type: str, shapes: str) -> tuple[int, float]:
+    with (db / f"{kernel_type}.csv").open(newline="") as handle:
+        for line, row in enumerate(csv.DictReader(handle), start=2):
+            if row["Input Shapes"].strip('"') == shapes:
+                return line, float(row["Profiling Average Duration(us)"])
+    raise AssertionError(shapes)
+
+
+def test_an_exact_row_answers_with_its_profiled_average(database: Path) -> None:
+    line, average = profiled(database, V3, "4096,1024;6144,1024")
+    answer = lookup(database, gemm('"4096,1024;6144,1024"', "BF16;BF16"))  # either dtype spelling
+    assert (answer.provenance, answer.duration_us, answer.rows) == ("exact", average, (line,))
+    assert answer.column == "Profiling Average Duration(us)"
+
+
+def test_a_measured_average_comes_before_the_profiled_one(database: Path, tmp_path: Path) -> None:
+    import shutil
+
+    db = tmp_path / "db"
+    shutil.copytree(database, db)
+    table = CsvTable.read(db / f"{V3}.csv")
+    table.insert_column("Average Duration(us)", 8)
+    line, _ = profiled(db, V3, "4096,1024;6144,1024")
+    table.set(line - 2, "Average Duration(us)", "250.5")
+    table.write(db / f"{V3}.csv")
+    answer = lookup(db, gemm("4096,1024;6144,1024"))
+    assert (answer.duration_us, answer.column) == (250.5, "Average Duration(us)")
+
+
+def test_between_two_rows_the_efficiency_is_interpolated(database: Path) -> None:
+    low_line, low = profiled(database, V3, "4096,1024;4096,1024")
+    high_line, high = profiled(database, V3, "4096,1024;6144,1024")
+    answer = lookup(database, gemm("4096,1024;5120,1024"))
+    assert answer.provenance == "interpolated" and set(answer.rows) == {low_line, high_line}
+    assert answer.column == "GEMM efficiency, linear in log N between 4096 and 6144"
+    assert answer.duration_us is not None and low < answer.duration_us < high
+    # the efficiency at N=5120 lies between the two measured ones
+    efficiencies = [2 * 4096 * n * 1024 / t for n, t in ((4096, low), (6144, high))]
+    assert min(efficiencies) <= 2 * 4096 * 5120 * 1024 / answer.duration_us <= max(efficiencies)
+
+
+def test_outside_the_measured_hull_there_is_no_answer_and_the_reason_says_where(database: Path) -> None:
+    answer = lookup(database, gemm("4096,1024;16384,1024"))
+    assert answer.duration_us is None and answer.provenance == "none"
+    assert answer.reason.startswith("outside the measured hull: N in [")
+
+
+def test_other_dtypes_or_kernel_types_say_why(database: Path) -> None:
+    assert "no two measured rows" in lookup(database, gemm("4096,1024;5120,1024", "FLOAT;FLOAT")).reason
+    norm = make_query({"Kernel Type": "RmsNorm", "Input Shapes": '"3,3;3"', "Input Data Types": "FLOAT;FLOAT"})
+    assert "no row of RmsNorm.csv has these inputs" in lookup(database, norm).reason
+
+
+def test_the_command_answers_one_query_and_a_csv_of_them(database: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert perfdb(["lookup", "--database-path", str(database), "--kernel-type", V3,
+                   "--input-shapes", "4096,1024;5120,1024", "--input-dtypes", "DT_BF16;DT_BF16"]) == 0
+    assert "(interpolated: row" in capsys.readouterr().out
+    queries = tmp_path / "queries.csv"
+    queries.write_text("Kernel Type,Input Shapes,Input Data Types\n"
+                       f'{V3},"4096,1024;6144,1024",DT_BF16;DT_BF16\n'
+                       f'{V3},"4096,1024;16384,1024",DT_BF16;DT_BF16\n')
+    out = tmp_path / "answers.csv"
+    assert perfdb(["lookup", "--database-path", str(database), "--queries", str(queries), "--out", str(out)]) == 0
+    with out.open(newline="") as handle:
+        answers = list(csv.DictReader(handle))
+    assert [a["Provenance"] for a in answers] == ["exact", "none"]
+    assert answers[1]["Reason"].startswith("outside the measured hull")
+
+
+def test_a_bad_query_is_one_error_naming_file_row_and_column(database: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    queries = tmp_path / "queries.csv"
+    queries.write_text(f'Kernel Type,Input Shapes,Input Data Types\n{V3},"4096,x",DT_BF16\n')
+    assert perfdb(["lookup", "--database-path", str(database), "--queries", str(queries), "--out", str(tmp_path / "a.csv")]) == 2
+    error = capsys.readouterr().err
+    assert str(queries) in error and "row 2" in error and "Input Shapes" in error
