@@ -78,8 +78,10 @@ def test_outside_the_measured_hull_there_is_no_answer_and_the_reason_says_where(
 
 def test_other_dtypes_or_kernel_types_say_why(database: Path) -> None:
     assert "no two measured rows" in lookup(database, gemm("4096,1024;5120,1024", "FLOAT;FLOAT")).reason
-    norm = make_query({"Kernel Type": "RmsNorm", "Input Shapes": '"3,3;3"', "Input Data Types": "FLOAT;FLOAT"})
-    assert "no row of RmsNorm.csv has these inputs" in lookup(database, norm).reason
+    gather = make_query({"Kernel Type": "GatherV2", "Input Shapes": '"3,3;3"', "Input Data Types": "FLOAT;INT64"})
+    assert "no row of GatherV2.csv has these inputs, and GatherV2 has no interpolation" in lookup(database, gather).reason
+    norm = make_query({"Kernel Type": "RmsNorm", "Input Shapes": '"3,3;3"', "Input Data Types": "DOUBLE;DOUBLE"})
+    assert lookup(database, norm).reason == "fewer than two measured rows with these input ranks and dtypes"
 
 
 def test_the_command_answers_one_query_and_a_csv_of_them(database: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,3 +107,16 @@ def test_a_bad_query_is_one_error_naming_file_row_and_column(database: Path, tmp
     assert perfdb(["lookup", "--database-path", str(database), "--queries", str(queries), "--out", str(tmp_path / "a.csv")]) == 2
     error = capsys.readouterr().err
     assert str(queries) in error and "row 2" in error and "Input Shapes" in error
+
+
+def test_a_streaming_kernel_is_interpolated_in_input_bytes(database: Path) -> None:
+    """The real Level2 Mul rows of a tensor times a 0-d scalar: 4194304 and 6291456 floats."""
+    low_line, low = profiled(database, "Mul", "4194304;")
+    high_line, high = profiled(database, "Mul", "6291456;")
+    query = make_query({"Kernel Type": "Mul", "Input Shapes": '"5242880;"', "Input Data Types": "FLOAT;FLOAT"})
+    answer = lookup(database, query)
+    assert answer.provenance == "interpolated" and set(answer.rows) == {low_line, high_line}
+    assert answer.duration_us == pytest.approx(low + 0.5 * (high - low))  # halfway in bytes
+    assert answer.column == "linear in input bytes between 16777216 and 25165824"
+    huge = make_query({"Kernel Type": "Mul", "Input Shapes": '"999999999;"', "Input Data Types": "FLOAT;FLOAT"})
+    assert lookup(database, huge).reason.startswith("outside the measured hull: input bytes in [")

@@ -2,8 +2,9 @@
 
 Exact first: a row whose input shapes and dtypes (and formats and output shapes, where the query
 gives them) are the query's answers with its duration (``rows.py`` says which column).  Else, for
-the GEMM kernel types, an interpolation along one dimension (``gemm.py``).  Else no answer, with
-the reason.
+the GEMM kernel types, an interpolation along one dimension (``gemm.py``); for the kernel types
+that stream their inputs (element-wise, norms, casts, copies: ``BY_SIZE_TYPES``), an
+interpolation in input bytes (``by_size.py``).  Else no answer, with the reason.
 """
 
 from __future__ import annotations
@@ -11,11 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.lookup import gemm
+from perf_plugin.lookup import by_size, gemm
 from perf_plugin.lookup.answer import EXACT, NONE, Answer, Query
 from perf_plugin.lookup.rows import MeasuredRow, read_rows
 
 GEMM_TYPES = frozenset({"MatMulV2", "MatMulV3", "MatMulCommon", "MatMul"})
+# Kernels whose time follows the bytes they read: element-wise, norms, casts and copies.
+BY_SIZE_TYPES = frozenset({
+    "Add", "AddAiCore", "Sub", "Mul", "MulAiCore", "Muls", "RealDiv", "Div", "Neg", "Exp", "Sqrt", "Rsqrt", "Pows",
+    "Cast", "CastAiCore", "TensorMove", "TensorMoveAiCore", "TransData", "Relu", "ReluGrad", "Sigmoid", "Sin", "Cos",
+    "Abs", "SwiGlu", "RmsNorm", "AddRmsNorm", "LayerNorm", "SoftmaxV2", "ZerosLike", "OnesLike", "Fill",
+})
 
 
 def _present(shapes: tuple[object, ...], values: tuple[str, ...]) -> tuple[tuple[object, str], ...]:
@@ -47,11 +54,14 @@ def lookup(database: str | Path, query: Query) -> Answer:
     if timed:
         row = timed[0]  # the first, as the Ascend reader takes it
         return Answer(query, EXACT, row.duration_us, (row.line,), row.column)
-    if query.kernel_type in GEMM_TYPES:
-        answer = gemm.interpolate(query, rows)
+    method = gemm.interpolate if query.kernel_type in GEMM_TYPES else \
+        by_size.interpolate if query.kernel_type in BY_SIZE_TYPES else None
+    if method is not None:
+        answer = method(query, rows)
         if exact and answer.duration_us is None:
             return Answer(query, NONE, reason=f"row {exact[0].line} has these inputs but no duration; {answer.reason}")
         return answer
     if exact:
         return Answer(query, NONE, reason=f"row {exact[0].line} has these inputs but no duration")
-    return Answer(query, NONE, reason=f"no row of {path.name} has these inputs (interpolation: GEMM kernel types only)")
+    return Answer(query, NONE, reason=f"no row of {path.name} has these inputs, and {query.kernel_type} has no "
+                                      "interpolation (GEMMs, and kernels that stream their inputs)")
