@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from perf_plugin.replay.api_call import ApiCall
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.kernels.elementwise import scalar_aware_inputs
 from perf_plugin.replay.tensors import KernelRow, TensorSpec, shape_text
@@ -69,6 +70,9 @@ class BroadcastToReplay(OpReplay):
         out = row.present_outputs[0].shape
         assert out is not None
         return self.random(row.inputs[0], device, generator, low=0, high=1000), list(out)
+
+    def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
+        return self.api_call(*args)
 
     def run(self, x: "torch.Tensor", shape: list[int]) -> "torch.Tensor":
         import torch

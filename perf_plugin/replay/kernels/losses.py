@@ -74,9 +74,13 @@ class LogSoftmaxGradReplay(OpReplay):
         self.check(row)
         dy = self.random(row.inputs[0], device, generator)
         y = self.random(row.inputs[1], device, generator).mul_(8).log_softmax(-1)  # a real log-softmax output
-        return dy, y, row.inputs[0].torch_dtype()
+        return dy, y
 
-    def run(self, dy: "torch.Tensor", y: "torch.Tensor", dtype: "torch.dtype") -> "torch.Tensor":
+    def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> Any:
+        dy, y = args
+        return self.api_call(dy, y, -1, dy.dtype)
+
+    def run(self, dy: "torch.Tensor", y: "torch.Tensor") -> "torch.Tensor":
         import torch
 
         return torch.ops.aten._log_softmax_backward_data(dy, y, -1, dy.dtype)  # type: ignore[no-any-return]

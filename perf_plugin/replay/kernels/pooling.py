@@ -11,7 +11,7 @@ Row layouts (the real Level1 training profile, ``tests/fixtures/ascend/kernel_de
 * ``AdaptiveAvgPool3d``: ``x [N,D,H,W,C]`` (channels last) -> the same output size (AlexNet's
   ``AdaptiveAvgPool2d((6, 6))`` on a 6x6 map, run by the 3-D kernel);
 * ``AdaptiveAvgPool3dGrad``: ``dy; x [N,C,D,H,W]`` -> ``dx``, recorded in a folded layout of the
-  same element count (``"1,6,6,8192"`` for ``[32,256,1,6,6]``).
+  same element count (``"1,6,6,8192"`` for ``[32,256,1,6,6]``) and compared in x's shape.
 
 Kernel and stride are not recorded: the window is square with ``Kh*Kw`` from the mask, and the
 stride the smallest that, without padding, gives the output size (3x3 stride 2 here).  The
@@ -161,8 +161,8 @@ class AdaptiveAvgPool3dReplay(OpReplay):
 
 
 class AdaptiveAvgPool3dGradReplay(OpReplay):
-    """``dy`` and ``x`` as ``[N,C,D,H,W]`` (the second slot's shape); ``dx`` folded to the row's
-    output shape, which holds as many elements."""
+    """``dy`` and ``x`` as ``[N,C,D,H,W]`` (the second slot's shape); ``dx`` compared in that
+    logical shape, which the row records folded (the same elements)."""
 
     kernel_types = ("AdaptiveAvgPool3dGrad",)
     npu_api = "torch.ops.aten._adaptive_avg_pool3d_backward"
@@ -179,17 +179,18 @@ class AdaptiveAvgPool3dGradReplay(OpReplay):
     def check(self, row: KernelRow) -> None:
         self.plan(row)
 
+    def expected_outputs(self, row: KernelRow) -> tuple[TensorSpec, ...]:
+        return (TensorSpec(self.plan(row), row.present_outputs[0].dtype),)
+
     def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
         x_shape = self.plan(row)
         dy = self.random(TensorSpec(x_shape, row.inputs[0].dtype), device, generator)
-        x = self.random(TensorSpec(x_shape, row.inputs[1].dtype), device, generator)
-        out = row.present_outputs[0].shape
-        assert out is not None
-        return dy, x, out
+        return dy, self.random(TensorSpec(x_shape, row.inputs[1].dtype), device, generator)
 
-    def run(self, dy: "torch.Tensor", x: "torch.Tensor", out: Shape) -> "torch.Tensor":
+    def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
+        return self.api_call(*args)
+
+    def run(self, dy: "torch.Tensor", x: "torch.Tensor") -> "torch.Tensor":
         import torch
 
-        return torch.ops.aten._adaptive_avg_pool3d_backward(dy, x).reshape(out)  # type: ignore[no-any-return]
-
-
+        return torch.ops.aten._adaptive_avg_pool3d_backward(dy, x)  # type: ignore[no-any-return]
