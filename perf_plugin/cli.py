@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -52,6 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (DatabaseError, UsageError, CatalogError) as exc:
         print(f"perfdb {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader of the output went away (``perfdb ... | head``): stop quietly, as Unix
+        # tools do; what was written to files stays written.  Later flushes go nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

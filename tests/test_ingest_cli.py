@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -137,3 +138,15 @@ def test_database_path_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
     target.write_text("x\n", encoding="utf-8")
     assert main(["ingest", "--profiling-path", str(LEVEL1), "--database-path", str(target)]) == 2
     assert "is a file, not a directory" in capsys.readouterr().err
+
+
+def test_output_piped_to_a_reader_that_stops_early_ends_without_a_traceback(tmp_path: Path) -> None:
+    """``perfdb ingest ... | true``: the reader is gone before the first line; the database is
+    written all the same, and stderr holds no traceback."""
+    db = tmp_path / "db"
+    command = (f"{sys.executable} -m perf_plugin.ingest --profiling-path {ASCEND / 'kernel_details_level1.csv'} "
+               f"--database-path {db} | true")
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False, timeout=120,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})  # every line written as printed
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert len(list(db.glob("*.csv"))) == 33
