@@ -7,6 +7,7 @@ preference, so both answer from the same cell.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,14 @@ class MeasuredRow:
 
 
 def read_rows(path: Path) -> list[MeasuredRow]:
-    """Every row of ``path`` whose identity cells parse (a row that does not is left out)."""
+    """Every row of ``path`` whose identity cells parse (a row that does not is left out); a
+    file read once per version (a CSV of queries asks the same kernel CSV many times)."""
+    stat = path.stat()
+    return list(_read_rows(path.resolve(), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=64)
+def _read_rows(path: Path, mtime_ns: int, size: int) -> tuple[MeasuredRow, ...]:
     table = CsvTable.read(path)
     rows = []
     for index in range(len(table)):
@@ -50,4 +58,4 @@ def read_rows(path: Path) -> list[MeasuredRow]:
             tuple(normalise_format(t) for t in split_slots(cells.get("Input Formats", ""))),
             outputs, duration, column,
         ))
-    return rows
+    return tuple(rows)
