@@ -27,6 +27,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "perf_plugin.run.resume_command",
     "perf_plugin.run.merge_command",
     "perf_plugin.lookup.command",
+    "perf_plugin.lookup.peaks_command",
 )
 
 

@@ -63,7 +63,7 @@ def test_between_two_rows_the_efficiency_is_interpolated(database: Path) -> None
     high_line, high = profiled(database, V3, "4096,1024;6144,1024")
     answer = lookup(database, gemm("4096,1024;5120,1024"))
     assert answer.provenance == "interpolated" and set(answer.rows) == {low_line, high_line}
-    assert answer.column == "GEMM efficiency, linear in log N between 4096 and 6144"
+    assert answer.column == "GEMM efficiency against operations, linear in N between 4096 and 6144 (log axes)"
     assert answer.duration_us is not None and low < answer.duration_us < high
     # the efficiency at N=5120 lies between the two measured ones
     efficiencies = [2 * 4096 * n * 1024 / t for n, t in ((4096, low), (6144, high))]
@@ -73,13 +73,13 @@ def test_between_two_rows_the_efficiency_is_interpolated(database: Path) -> None
 def test_outside_the_measured_hull_there_is_no_answer_and_the_reason_says_where(database: Path) -> None:
     answer = lookup(database, gemm("4096,1024;16384,1024"))
     assert answer.duration_us is None and answer.provenance == "none"
-    assert answer.reason.startswith("outside the measured hull: N in [")
+    assert answer.reason.startswith("outside the measured hull: M in [") and "; N in [" in answer.reason
 
 
 def test_other_dtypes_or_kernel_types_say_why(database: Path) -> None:
-    assert "no two measured rows" in lookup(database, gemm("4096,1024;5120,1024", "FLOAT;FLOAT")).reason
+    assert "fewer than two measured rows of these dtypes" in lookup(database, gemm("4096,1024;5120,1024", "FLOAT;FLOAT")).reason
     gather = make_query({"Kernel Type": "GatherV2", "Input Shapes": '"3,3;3"', "Input Data Types": "FLOAT;INT64"})
-    assert "no row of GatherV2.csv has these inputs, and GatherV2 has no interpolation" in lookup(database, gather).reason
+    assert lookup(database, gather).reason == "no row of GatherV2.csv has these inputs, and GatherV2 has no interpolation"
     norm = make_query({"Kernel Type": "RmsNorm", "Input Shapes": '"3,3;3"', "Input Data Types": "DOUBLE;DOUBLE"})
     assert lookup(database, norm).reason == "fewer than two measured rows with these input ranks and dtypes"
 

@@ -83,6 +83,10 @@ class Backend(ABC):
         no such device."""
         return self.torch_device()
 
+    def fp8_gemm(self) -> bool:
+        """Whether the device has FP8 GEMMs (``torch._scaled_mm``) worth timing as a peak."""
+        return False
+
     def timing_event(self) -> Any | None:
         """The event class that times a span on the device's stream (``record``/``elapsed_time``),
         or None where a host timer measures the work (the CPU)."""

@@ -54,6 +54,11 @@ class CudaBackend(Backend):
         torch.cuda.set_device(self.index)
         return self.torch_device()
 
+    def fp8_gemm(self) -> bool:
+        import torch
+
+        return torch.cuda.get_device_capability(self.torch_device()) >= (8, 9)  # Ada and Hopper on
+
     def timing_event(self) -> Any | None:
         import torch
 

@@ -30,7 +30,11 @@ class Query:
     input_dtypes: tuple[str, ...]  # normalised (DT_BF16 -> BF16)
     input_formats: tuple[str, ...] = ()  # empty: any
     output_shapes: tuple[Shape | None, ...] = ()  # empty: any
+    output_dtypes: tuple[str, ...] = ()  # empty: unknown (a GEMM's output then takes its input's dtype)
     input_values: str = ""  # the ``Input Values`` cell (a grouped GEMM's rows per expert); empty: any
+    # other cells that say what the kernel does beyond its shapes (an attention row's
+    # ``avg_seq_len`` and ``Runtime ...`` lengths and layout), as (column, cell) pairs
+    attributes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

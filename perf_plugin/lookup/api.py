@@ -1,28 +1,52 @@
 """``lookup``: a query against one database directory.
 
-Exact first: a row whose input shapes and dtypes (and formats and output shapes, where the query
-gives them) are the query's answers with its duration (``rows.py`` says which column).  Else, for
-the GEMM kernel types, an interpolation along one dimension (``gemm.py``); for the kernel types
-that stream their inputs (element-wise, norms, casts, copies: ``BY_SIZE_TYPES``), an
-interpolation in input bytes (``by_size.py``).  Else no answer, with the reason.
+Exact first: a row whose input shapes and dtypes (and formats, output shapes and input values,
+where the query gives them) are the query's answers with its duration (``rows.py`` says which
+column).  Else the kernel family's interpolation inside the hull of measured rows: GEMMs in
+(M, N, K) by efficiency (``gemm.py``); attention by batch, lengths and heads (``attention.py``);
+grouped MoE GEMMs by rows and expert load (``grouped.py``); kernels that stream their inputs by
+bytes (``by_size.py``).  Else, with the device's peaks beside the database (``perfdb peaks``), the
+roofline, saying why no row answered.  Else no answer, with the reason.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.lookup import by_size, gemm
-from perf_plugin.lookup.answer import EXACT, NONE, Answer, Query
+from perf_plugin.lookup import attention, by_size, gemm, grouped
+from perf_plugin.lookup.answer import EXACT, NONE, ROOFLINE, Answer, Query
+from perf_plugin.lookup.peaks import DevicePeaks, find_peaks
+from perf_plugin.lookup.roofline import Work, describe_roofline, ideal_us, tensor_bytes
 from perf_plugin.lookup.rows import MeasuredRow, read_rows
 
-GEMM_TYPES = frozenset({"MatMulV2", "MatMulV3", "MatMulCommon", "MatMul"})
+GEMM_TYPES = frozenset({"MatMulV2", "MatMulV3", "MatMulCommon", "MatMul", "BatchMatMulV2", "BatchMatMul",
+                        "aten.mm", "aten.bmm", "aten.addmm", "aten._scaled_mm"})
 # Kernels whose time follows the bytes they read: element-wise, norms, casts and copies.
 BY_SIZE_TYPES = frozenset({
     "Add", "AddAiCore", "Sub", "Mul", "MulAiCore", "Muls", "RealDiv", "Div", "Neg", "Exp", "Sqrt", "Rsqrt", "Pows",
     "Cast", "CastAiCore", "TensorMove", "TensorMoveAiCore", "TransData", "Relu", "ReluGrad", "Sigmoid", "Sin", "Cos",
     "Abs", "SwiGlu", "RmsNorm", "AddRmsNorm", "LayerNorm", "SoftmaxV2", "ZerosLike", "OnesLike", "Fill",
 })
+Interpolation = Callable[[Query, Sequence[MeasuredRow], "DevicePeaks | None"], Answer]
+
+
+def _by_size(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | None) -> Answer:
+    return by_size.interpolate(query, rows)
+
+
+def family(kernel_type: str) -> tuple[Interpolation, Callable[[Query], Work | None]] | None:
+    """The interpolation and the work (for the roofline) of a kernel type; None: neither is known."""
+    if kernel_type in GEMM_TYPES:
+        return gemm.interpolate, gemm.query_work
+    if kernel_type in attention.KERNEL_TYPES:
+        return attention.interpolate, attention.query_work
+    if kernel_type in grouped.KERNEL_TYPES:
+        return grouped.interpolate, grouped.query_work
+    if kernel_type in BY_SIZE_TYPES:
+        return _by_size, streaming_work
+    return None
 
 
 def _present(shapes: tuple[object, ...], values: tuple[str, ...]) -> tuple[tuple[object, str], ...]:
@@ -38,9 +62,25 @@ def matches(row: MeasuredRow, query: Query) -> bool:
         theirs = [f if f not in formats else "ND" for _, f in _present(query.input_shapes, query.input_formats)]
         if mine != theirs:
             return False
+    if query.input_values and row.cells.get("Input Values", "").strip().strip('"') != query.input_values:
+        return False
+    for column, cell in query.attributes:  # an attention row's lengths: part of what it measured
+        if column in row.cells and row.cells[column].strip().strip('"') != cell.strip().strip('"'):
+            return False
     if query.output_shapes:
         return [s for s in row.output_shapes if s is not None] == [s for s in query.output_shapes if s is not None]
     return True
+
+
+def streaming_work(query: Query) -> Work | None:
+    """A kernel that reads its inputs once and writes outputs as large (an element-wise kernel's)."""
+    read = tensor_bytes(query.input_shapes, query.input_dtypes)
+    if read is None:
+        return None
+    written = tensor_bytes(query.output_shapes, query.output_dtypes or query.input_dtypes) if query.output_shapes \
+        else max((b for b in (tensor_bytes((s,), (d,)) for s, d in zip(query.input_shapes, query.input_dtypes)
+                              if s is not None) if b is not None), default=0)
+    return Work(0.0, read + (written or 0))
 
 
 def lookup(database: str | Path, query: Query) -> Answer:
@@ -54,14 +94,29 @@ def lookup(database: str | Path, query: Query) -> Answer:
     if timed:
         row = timed[0]  # the first, as the Ascend reader takes it
         return Answer(query, EXACT, row.duration_us, (row.line,), row.column)
-    method = gemm.interpolate if query.kernel_type in GEMM_TYPES else \
-        by_size.interpolate if query.kernel_type in BY_SIZE_TYPES else None
-    if method is not None:
-        answer = method(query, rows)
-        if exact and answer.duration_us is None:
-            return Answer(query, NONE, reason=f"row {exact[0].line} has these inputs but no duration; {answer.reason}")
+    peaks = find_peaks(Path(database))
+    methods = family(query.kernel_type)
+    if methods is None:
+        reason = f"no row of {path.name} has these inputs, and {query.kernel_type} has no interpolation"
+        return roofline_answer(query, streaming_work(query), peaks, _untimed(exact, reason), memory_only=True)
+    answer = methods[0](query, rows, peaks)
+    if answer.duration_us is not None:
         return answer
-    if exact:
-        return Answer(query, NONE, reason=f"row {exact[0].line} has these inputs but no duration")
-    return Answer(query, NONE, reason=f"no row of {path.name} has these inputs, and {query.kernel_type} has no "
-                                      "interpolation (GEMMs, and kernels that stream their inputs)")
+    return roofline_answer(query, methods[1](query), peaks, _untimed(exact, answer.reason))
+
+
+def _untimed(exact: list[MeasuredRow], reason: str) -> str:
+    return f"row {exact[0].line} has these inputs but no duration; {reason}" if exact else reason
+
+
+def roofline_answer(query: Query, work: Work | None, peaks: DevicePeaks | None, why: str,
+                    memory_only: bool = False) -> Answer:
+    """The roofline estimate, the reason naming why no row answered; no answer without peaks."""
+    if peaks is None or work is None:
+        return Answer(query, NONE, reason=why)
+    ideal = ideal_us(work, peaks)
+    if ideal is None:
+        return Answer(query, NONE, reason=f"{why}; {describe_roofline(work, peaks)}")
+    note = " (bytes only: its operations are not modelled)" if memory_only else ""
+    return Answer(query, ROOFLINE, ideal[0], (), f"{describe_roofline(work, peaks)}{note}", reason=why,
+                  details={"roofline_us": ideal[0]})

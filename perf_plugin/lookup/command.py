@@ -23,7 +23,9 @@ from perf_plugin.lookup.answer import Answer, Query
 from perf_plugin.lookup.api import lookup
 from perf_plugin.usage import UsageError
 
-QUERY_COLUMNS = ("Kernel Type", "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes")
+QUERY_COLUMNS = ("Kernel Type", "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes",
+                 "Output Data Types", "Input Values")
+ATTRIBUTE_COLUMNS = frozenset({"avg_seq_len", "Avg Seq Len", "Input Strides", "Op Arguments"})
 ANSWER_COLUMNS = ("Duration(us)", "Provenance", "Rows", "Method", "Reason")
 
 
@@ -57,7 +59,15 @@ def make_query(cells: dict[str, str]) -> Query:
         tuple(normalise_dtype(t) for t in split_slots(cells["Input Data Types"])),
         tuple(normalise_format(t) for t in split_slots(cells.get("Input Formats", ""))),
         shapes["Output Shapes"],
+        tuple(normalise_dtype(t) for t in split_slots(cells.get("Output Data Types", "")) if t.strip()),
+        cells.get("Input Values", "").strip().strip('"'),
+        tuple((column, cell) for column, cell in cells.items() if is_attribute(column) and cell and cell.strip()),
     )
+
+
+def is_attribute(column: str) -> bool:
+    """Columns a query passes on to the kernel family: the runtime metadata of attention rows."""
+    return column.startswith("Runtime ") or column in ATTRIBUTE_COLUMNS
 
 
 def answer_cells(answer: Answer) -> dict[str, str]:

@@ -1,12 +1,13 @@
-"""Interpolation of GEMM rows along one of M, N, K, by efficiency.
+"""Interpolation of GEMM rows in (M, N, K) by efficiency against the roofline.
 
-A GEMM's time grows with its work ``2*M*N*K`` but not in proportion: small shapes use the
-device badly.  Between two measured rows that share two of ``M, N, K`` (and dtypes and the
-weight's layout), the efficiency ``2*M*N*K / time`` is interpolated linearly in the log of the
-third dimension, and the time is the query's work over it.  This is the cost model's shape of
-the Ascend performance model's ``max_interpolation_dim: 1`` policy for MatMulV2/V3 (one
-dimension may differ from measured rows).  A query outside the rows' range on every dimension it
-could vary gets no answer: the reason names the range; nothing is extrapolated.
+A GEMM's time grows with its work but not in proportion: small shapes use the device badly,
+and a skinny one is bound by the bytes of its weight rather than by its ``2*M*N*K`` operations.
+A measured row's efficiency is its roofline time (``roofline.py``: the device's measured peaks)
+over its measured time; between measured rows of the same dtypes, weight layout and formats the
+efficiency is interpolated in ``log M, log N, log K`` (``hull.py``: one dimension first, then two,
+then three), and the query's time is its own roofline time over that efficiency.  Without a peaks
+file the efficiency is operations per microsecond, the same method with a constant peak.  A query
+outside the rows' hull gets no answer here; the lookup says so and gives the roofline instead.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from perf_plugin.database.shapes import Shape
+from perf_plugin.lookup import hull
 from perf_plugin.lookup.answer import INTERPOLATED, NONE, Answer, Query
+from perf_plugin.lookup.peaks import DevicePeaks
+from perf_plugin.lookup.roofline import Work, element_size, scale
 from perf_plugin.lookup.rows import MeasuredRow
 
 DIMS = ("M", "N", "K")
-METHOD = "GEMM efficiency, linear in log {dim} between {lo} and {hi}"
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,8 @@ class Gemm:
     m: int
     n: int
     k: int
-    layout: str  # "KN": weight [K,N]; "NK": weight [N,K] (transposed)
+    layout: str  # "KN": weight [K,N]; "NK": weight [N,K] (transposed); "square": either
+    batch: int = 1  # a batched GEMM's leading dimension
 
     @property
     def dims(self) -> tuple[int, int, int]:
@@ -36,71 +40,101 @@ class Gemm:
 
     @property
     def flops(self) -> float:
-        return 2.0 * self.m * self.n * self.k
+        return 2.0 * self.batch * self.m * self.n * self.k
 
 
 def gemm_of(shapes: Sequence[Shape | None]) -> Gemm | None:
-    """(M, N, K) and layout of ``x [M,K]; w [K,N] or [N,K]``; None for any other pair."""
+    """(M, N, K) and layout of ``x [M,K]; w [K,N] or [N,K]`` (or the batched ``[B,M,K]; [B,K,N]``);
+    None for any other pair."""
     present = [s for s in shapes if s is not None]
-    if len(present) < 2 or len(present[0]) != 2 or len(present[1]) != 2:
+    if len(present) < 2 or len(present[0]) != len(present[1]) or len(present[0]) not in (2, 3):
         return None
-    (m, k), w = present[0], present[1]
+    batch = 1
+    x, w = present[0], present[1]
+    if len(x) == 3:
+        if x[0] != w[0]:
+            return None
+        batch, x, w = x[0], x[1:], w[1:]
+    (m, k) = x
+    if w[0] == k and w[1] == k:
+        return Gemm(m, k, k, "square", batch)  # the shapes do not say which way the weight lies
     if w[0] == k:
-        return Gemm(m, w[1], k, "KN")
+        return Gemm(m, w[1], k, "KN", batch)
     if w[1] == k:
-        return Gemm(m, w[0], k, "NK")
+        return Gemm(m, w[0], k, "NK", batch)
     return None
 
 
-def interpolate(query: Query, rows: Sequence[MeasuredRow]) -> Answer:
+def gemm_work(gemm: Gemm, dtypes: Sequence[str], output_dtype: str) -> Work:
+    sizes = [element_size(d) or 2 for d in (*dtypes[:2], output_dtype or dtypes[0])]
+    m, n, k = gemm.dims
+    nbytes = gemm.batch * (m * k * sizes[0] + k * n * sizes[1] + m * n * sizes[2])
+    return Work(gemm.flops, nbytes, dtypes[0])
+
+
+def _regime(shapes: Sequence[Shape | None], dtypes: Sequence[str], formats: Sequence[str],
+            batch: int) -> tuple[object, ...]:
+    present = [i for i, s in enumerate(shapes) if s is not None]
+    kinds = tuple(dtypes[i] if i < len(dtypes) else "" for i in present)
+    layouts = tuple((formats[i] if i < len(formats) else "") or "ND" for i in present[:2])
+    return kinds, layouts, batch, len(present)
+
+
+def same_layout(a: str, b: str) -> bool:
+    return a == b or "square" in (a, b)
+
+
+def _output_dtype(row: MeasuredRow) -> str:
+    from perf_plugin.database.shapes import split_slots
+    from perf_plugin.database.signature import normalise_dtype
+
+    found = [normalise_dtype(d) for d in split_slots(row.cells.get("Output Data Types", "")) if d.strip()]
+    return found[0] if found else ""
+
+
+def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | None) -> Answer:
     wanted = gemm_of(query.input_shapes)
     if wanted is None:
         return Answer(query, NONE, reason="the inputs are not a GEMM's x [M,K] and weight [K,N] / [N,K]")
-    measured = []
+    formats = query.input_formats or ("ND",) * len(query.input_shapes)
+    regime = _regime(query.input_shapes, query.input_dtypes, formats, wanted.batch)
+    query_work = gemm_work(wanted, _present_dtypes(query.input_shapes, query.input_dtypes),
+                           query.output_dtypes[0] if query.output_dtypes else "")
+    # a dtype without a measured peak (INT8) is rescaled by operations, as without a peaks file
+    used = peaks if peaks is not None and scale(query_work, peaks) is not None else None
+    points = []
     for row in rows:
         gemm = gemm_of(row.input_shapes)
-        if gemm is not None and row.duration_us is not None and gemm.layout == wanted.layout and _dtypes(row) == _dtypes_q(query):
-            measured.append((gemm, row))
-    best: tuple[float, Answer] | None = None
-    ranges = []
-    for axis, dim in enumerate(DIMS):
-        line = sorted(((g.dims[axis], g, r) for g, r in measured
-                       if all(g.dims[o] == wanted.dims[o] for o in range(3) if o != axis)), key=lambda t: t[0])
-        if len(line) < 2:
+        if gemm is None or row.duration_us is None:
             continue
-        ranges.append(f"{dim} in [{line[0][0]}, {line[-1][0]}]")
-        target = wanted.dims[axis]
-        below = [t for t in line if t[0] <= target]
-        above = [t for t in line if t[0] >= target]
-        if not below or not above:
+        row_formats = row.input_formats if query.input_formats else ("ND",) * len(row.input_shapes)
+        if not same_layout(gemm.layout, wanted.layout) or \
+                _regime(row.input_shapes, row.input_dtypes, row_formats, gemm.batch) != regime:
             continue
-        (x0, g0, r0), (x1, g1, r1) = below[-1], above[0]
-        answer = _between(query, wanted, dim, (x0, g0, r0), (x1, g1, r1), target)
-        spread = math.log(x1 / x0) if x1 != x0 else 0.0
-        if best is None or spread < best[0]:
-            best = (spread, answer)
-    if best is not None:
-        return best[1]
-    reason = ("outside the measured hull: " + "; ".join(ranges)) if ranges else \
-        "no two measured rows of these dtypes share two of M, N, K with the query"
-    return Answer(query, NONE, reason=reason)
+        work = gemm_work(gemm, _present_dtypes(row.input_shapes, row.input_dtypes), _output_dtype(row))
+        ideal = scale(work, used)
+        if ideal is not None:
+            points.append(hull.Point(tuple(map(float, gemm.dims)), ideal / row.duration_us, (row.line,)))
+    if len(points) < 2:
+        return Answer(query, NONE, reason="fewer than two measured rows of these dtypes, layout and formats")
+    found = hull.estimate(hull.merge(points), tuple(map(float, wanted.dims)), DIMS, (math.log,) * 3)
+    if isinstance(found, str):
+        return Answer(query, NONE, reason=found)
+    ideal = scale(query_work, used)
+    assert ideal is not None
+    against = f"the roofline of {used.path.name if used.path else 'the device peaks'}" if used else "operations"
+    return Answer(query, INTERPOLATED, ideal / found.value, found.lines,
+                  f"GEMM efficiency against {against}, {found.method} (log axes)",
+                  details={"efficiency": found.value, "roofline_us" if used else "flops": ideal})
 
 
-def _between(query: Query, wanted: Gemm, dim: str, low: tuple[int, Gemm, MeasuredRow],
-             high: tuple[int, Gemm, MeasuredRow], target: int) -> Answer:
-    (x0, g0, r0), (x1, g1, r1) = low, high
-    assert r0.duration_us is not None and r1.duration_us is not None
-    e0, e1 = g0.flops / r0.duration_us, g1.flops / r1.duration_us
-    share = 0.0 if x1 == x0 else math.log(target / x0) / math.log(x1 / x0)
-    efficiency = e0 + share * (e1 - e0)
-    rows = (r0.line,) if r0 is r1 else (r0.line, r1.line)
-    return Answer(query, INTERPOLATED, wanted.flops / efficiency, rows, METHOD.format(dim=dim, lo=x0, hi=x1),
-                  details={"efficiency_tflops": efficiency / 1e6})
+def _present_dtypes(shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dtypes[i] if i < len(dtypes) else "" for i, s in enumerate(shapes) if s is not None)
 
 
-def _dtypes(row: MeasuredRow) -> tuple[str, ...]:
-    return tuple(d for s, d in zip(row.input_shapes, row.input_dtypes) if s is not None)[:2]
-
-
-def _dtypes_q(query: Query) -> tuple[str, ...]:
-    return tuple(d for s, d in zip(query.input_shapes, query.input_dtypes) if s is not None)[:2]
+def query_work(query: Query) -> Work | None:
+    wanted = gemm_of(query.input_shapes)
+    if wanted is None:
+        return None
+    return gemm_work(wanted, _present_dtypes(query.input_shapes, query.input_dtypes),
+                     query.output_dtypes[0] if query.output_dtypes else "")

@@ -8,7 +8,8 @@ preference, so both answer from the same cell.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from perf_plugin.database.schema import DURATION_PREFERENCE, parse_duration
@@ -26,6 +27,9 @@ class MeasuredRow:
     output_shapes: tuple[Shape | None, ...]
     duration_us: float | None
     column: str
+    # every cell of the row, for the kernel families whose parameters need more than the shapes
+    # (an attention row's layout and lengths, a grouped GEMM's rows per expert)
+    cells: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
 
 def read_rows(path: Path) -> list[MeasuredRow]:
@@ -56,6 +60,6 @@ def _read_rows(path: Path, mtime_ns: int, size: int) -> tuple[MeasuredRow, ...]:
             index + 2, inputs,
             tuple(normalise_dtype(t) for t in split_slots(cells.get("Input Data Types", ""))),
             tuple(normalise_format(t) for t in split_slots(cells.get("Input Formats", ""))),
-            outputs, duration, column,
+            outputs, duration, column, cells,
         ))
     return tuple(rows)

@@ -1,0 +1,99 @@
+"""Interpolation of fused attention rows by batch, query length and KV length.
+
+An attention kernel's work is ``2 * heads * (query, key) pairs * (head dim + value dim)``
+operations (causal rows attend to about half the pairs) and the bytes of its query, KV and output;
+rows are read as the replay reads them (``perf_plugin.replay.kernels._fia_plan``: layouts, heads,
+per-request lengths from the shapes and the ``avg_seq_len`` / ``Runtime ...`` columns).  Rows of
+the same layouts, heads, head dims, paging and mask form one family; inside it the efficiency
+against the roofline (``roofline.py``) is interpolated in ``log batch, log query length, log KV
+length`` (``hull.py``), and the query's time is its roofline time over that efficiency.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import astuple
+
+from perf_plugin.lookup import hull
+from perf_plugin.lookup.answer import INTERPOLATED, NONE, Answer, Query
+from perf_plugin.lookup.peaks import DevicePeaks
+from perf_plugin.lookup.roofline import Work, element_size, scale
+from perf_plugin.lookup.rows import MeasuredRow
+from perf_plugin.replay.base import CaseBuildError
+from perf_plugin.replay.kernels._fia_plan import FiaPlan, fia_plan
+from perf_plugin.replay.tensors import kernel_row_from_cells
+
+KERNEL_TYPES = frozenset({"FusedInferAttentionScore"})
+AXES = ("batch", "query length", "KV length")
+
+
+def _plan(kernel_type: str, cells: Mapping[str, str]) -> FiaPlan | None:
+    try:
+        return fia_plan(kernel_row_from_cells(kernel_type, cells))
+    except (CaseBuildError, ValueError, IndexError):
+        return None
+
+
+def _work(plan: FiaPlan, dtype: str) -> Work:
+    causal = plan.sparse_mode == 3
+    pairs = sum(q * kv - (q * (q - 1) / 2 if causal else 0) for q, kv in zip(plan.q_lens, plan.kv_lens))
+    qk_dim = plan.head_dim + plan.rope_dim
+    size = element_size(dtype) or 2
+    tokens, kv_tokens = sum(plan.q_lens), sum(plan.kv_lens)
+    nbytes = size * (tokens * plan.heads * (qk_dim + plan.value_dim) + kv_tokens * plan.kv_heads * (qk_dim + plan.value_dim))
+    return Work(2.0 * plan.heads * pairs * (qk_dim + plan.value_dim), nbytes, dtype)
+
+
+def _position(plan: FiaPlan) -> tuple[float, float, float]:
+    return float(plan.batch), sum(plan.q_lens) / plan.batch, sum(plan.kv_lens) / plan.batch
+
+
+def _family(plan: FiaPlan, dtypes: Sequence[str]) -> tuple[object, ...]:
+    fields = astuple(plan)
+    # everything but the per-request lengths, which are the axes
+    return (*fields[:7], *fields[9:], tuple(dtypes[:3]))
+
+
+def _query_cells(query: Query) -> dict[str, str]:
+    from perf_plugin.database.shapes import format_shape_cell
+
+    return {"Input Shapes": format_shape_cell(list(query.input_shapes)),
+            "Input Data Types": ";".join(query.input_dtypes), "Input Formats": ";".join(query.input_formats),
+            "Output Shapes": format_shape_cell(list(query.output_shapes)),
+            "Output Data Types": ";".join(query.output_dtypes or query.input_dtypes[:1]), **dict(query.attributes)}
+
+
+def query_work(query: Query) -> Work | None:
+    plan = _plan(query.kernel_type, _query_cells(query))
+    return None if plan is None else _work(plan, query.input_dtypes[0])
+
+
+def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | None) -> Answer:
+    wanted = _plan(query.kernel_type, _query_cells(query))
+    if wanted is None:
+        return Answer(query, NONE, reason="the query's slots and columns do not read as an attention call "
+                                          "(the replay's reason: run pytest bench on such a row)")
+    family = _family(wanted, query.input_dtypes)
+    query_work = _work(wanted, query.input_dtypes[0])
+    used = peaks if peaks is not None and scale(query_work, peaks) is not None else None
+    points = []
+    for row in rows:
+        plan = _plan(query.kernel_type, row.cells) if row.duration_us is not None else None
+        if plan is None or _family(plan, row.input_dtypes) != family:
+            continue
+        ideal = scale(_work(plan, row.input_dtypes[0]), used)
+        assert row.duration_us is not None
+        if ideal is not None:
+            points.append(hull.Point(_position(plan), ideal / row.duration_us, (row.line,)))
+    if len(points) < 2:
+        return Answer(query, NONE, reason="fewer than two measured rows of these layouts, heads, dims and mask")
+    found = hull.estimate(hull.merge(points), _position(wanted), AXES, (math.log,) * 3)
+    if isinstance(found, str):
+        return Answer(query, NONE, reason=found)
+    ideal = scale(query_work, used)
+    assert ideal is not None
+    against = "the roofline" if used else "operations"
+    return Answer(query, INTERPOLATED, ideal / found.value, found.lines,
+                  f"attention efficiency against {against}, {found.method} (log axes)",
+                  details={"efficiency": found.value})

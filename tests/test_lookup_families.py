@@ -1,0 +1,212 @@
+"""Lookups by kernel family against the roofline: device peaks (``perfdb peaks``), the hull engine,
+GEMMs in (M, N, K), attention by batch and lengths, grouped GEMMs by rows and expert load, and the
+roofline answer when no rows surround the query."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from perf_plugin.cli import main as perfdb
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.table import CsvTable
+from perf_plugin.lookup import Query, lookup
+from perf_plugin.lookup import attention, grouped, hull
+from perf_plugin.lookup.command import make_query
+from perf_plugin.lookup.peaks import PEAKS_FILE, DevicePeaks, find_peaks, read_peaks, write_peaks
+from perf_plugin.lookup.rows import read_rows
+
+PEAKS = DevicePeaks("TEST_DEVICE", "cuda", {"BF16": 500.0, "FLOAT8_E4M3FN": 1000.0}, 2000.0)
+
+
+def _database(tmp_path: Path, peaks: DevicePeaks | None = PEAKS) -> Path:
+    db = tmp_path / "root" / "TEST_DEVICE" / "stack"
+    db.mkdir(parents=True)
+    if peaks is not None:
+        write_peaks(tmp_path / "root" / "TEST_DEVICE" / PEAKS_FILE, peaks)  # the device's directory serves its stacks
+    return db
+
+
+def _gemm_csv(db: Path, rows: list[tuple[int, int, int, float]]) -> None:
+    table = CsvTable.new(["Input Shapes", "Input Data Types", "Input Formats", "Output Shapes", "Output Data Types",
+                          "Average Duration(us)"])
+    for m, n, k, us in rows:
+        table.append_row({"Input Shapes": f'"{m},{k};{n},{k}"', "Input Data Types": "DT_BF16;DT_BF16",
+                          "Input Formats": "ND;ND", "Output Shapes": f'"{m},{n}"', "Output Data Types": "DT_BF16",
+                          "Average Duration(us)": str(us)})
+    table.write(db / "MatMulV2.csv")
+
+
+def _roofline_us(m: int, n: int, k: int) -> float:
+    compute = 2 * m * n * k / (500.0 * 1e6)
+    memory = 2 * (m * k + n * k + m * n) / (2000.0 * 1e3)
+    return max(compute, memory)
+
+
+def _gemm(m: int, n: int, k: int) -> Query:
+    return make_query({"Kernel Type": "MatMulV2", "Input Shapes": f"{m},{k};{n},{k}",
+                       "Input Data Types": "DT_BF16;DT_BF16", "Output Data Types": "DT_BF16"})
+
+
+def test_peaks_round_trip_and_are_found_above_the_database(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    found = find_peaks(db)
+    assert found is not None and found.matmul_tflops == {"BF16": 500.0, "FLOAT8_E4M3FN": 1000.0}
+    assert found.copy_gbps == 2000.0 and found.compute_us(1e12, "BF16") == pytest.approx(2000.0)
+    assert found.compute_us(1e12, "FLOAT") is None  # no peak measured for it
+    assert find_peaks(tmp_path / "elsewhere") is None
+    bad = tmp_path / PEAKS_FILE
+    bad.write_text("matmul_tflops: {BF16: fast}\ncopy_gbps: 1\n")
+    with pytest.raises(DatabaseError, match="matmul_tflops"):
+        read_peaks(bad)
+
+
+def test_perfdb_peaks_measures_this_device(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert perfdb(["peaks", "--database-path", str(tmp_path), "--backend", "cpu", "--sizes", "64",
+                   "--copy-mib", "4", "--repeats", "2"]) == 0
+    peaks = read_peaks(tmp_path / PEAKS_FILE)
+    assert peaks.backend == "cpu" and set(peaks.matmul_tflops) == {"BF16", "FLOAT16", "FLOAT"}  # no FP8 on a CPU
+    assert all(v > 0 for v in peaks.matmul_tflops.values()) and peaks.copy_gbps > 0
+    assert "GEMM TFLOP/s" in capsys.readouterr().out
+    assert perfdb(["peaks", "--database-path", str(tmp_path), "--sizes", "x"]) == 2
+
+
+def test_the_hull_answers_from_the_fewest_axes_and_says_where_it_measured() -> None:
+    points = [hull.Point((1.0, 1.0), 10.0, (2,)), hull.Point((3.0, 1.0), 20.0, (3,)),
+              hull.Point((1.0, 3.0), 30.0, (4,)), hull.Point((3.0, 3.0), 60.0, (5,))]
+    ident = (lambda x: x,) * 2
+    along = hull.estimate(points, (2.0, 1.0), ("a", "b"), ident)
+    assert isinstance(along, hull.Estimate) and along.value == 15.0 and along.axes == ("a",)
+    assert along.method == "linear in a between 1 and 3" and along.lines == (2, 3)
+    inside = hull.estimate(points, (2.0, 2.0), ("a", "b"), ident)
+    assert isinstance(inside, hull.Estimate) and inside.axes == ("a", "b") and len(inside.lines) == 3
+    # (2, 2) is the midpoint of a diagonal of the square: half of each end of that diagonal
+    assert inside.value in (pytest.approx((10.0 + 60.0) / 2), pytest.approx((20.0 + 30.0) / 2))
+    assert hull.estimate(points, (2.0, 2.0), ("a", "b"), ident, max_dim=1) == \
+        "outside the measured hull: a in [1, 3]; b in [1, 3]"
+    assert hull.estimate(points, (4.0, 1.0), ("a", "b"), ident) == "outside the measured hull: a in [1, 3]; b in [1, 3]"
+    merged = hull.merge([hull.Point((1.0,), 2.0, (2,)), hull.Point((1.0,), 4.0, (7,))])
+    assert merged == [hull.Point((1.0,), 3.0, (2, 7))]
+
+
+def test_a_gemm_between_rows_keeps_their_efficiency_against_the_roofline(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    # efficiencies 0.5 at M=1024 and 0.8 at M=4096 (N = K = 4096)
+    _gemm_csv(db, [(1024, 4096, 4096, _roofline_us(1024, 4096, 4096) / 0.5),
+                   (4096, 4096, 4096, _roofline_us(4096, 4096, 4096) / 0.8)])
+    answer = lookup(db, _gemm(2048, 4096, 4096))
+    assert answer.provenance == "interpolated" and answer.rows == (2, 3)
+    assert answer.column == "GEMM efficiency against the roofline of device_peaks.yaml, linear in M between 1024 " \
+                            "and 4096 (log axes)"
+    assert answer.duration_us == pytest.approx(_roofline_us(2048, 4096, 4096) / 0.65)  # halfway in log M
+
+
+def test_a_gemm_off_every_line_is_answered_inside_the_three_dimensional_hull(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    corners = [(m, n, k) for m in (256, 4096) for n in (1024, 8192) for k in (1024, 8192)]
+    _gemm_csv(db, [(m, n, k, _roofline_us(m, n, k) / 0.7) for m, n, k in corners])
+    answer = lookup(db, _gemm(1024, 2048, 4096))
+    assert answer.provenance == "interpolated" and "barycentric in (M, N, K)" in answer.column
+    assert answer.duration_us == pytest.approx(_roofline_us(1024, 2048, 4096) / 0.7)  # constant efficiency
+    assert len(answer.rows) == 4
+
+
+def test_outside_the_hull_the_roofline_answers_and_says_why(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    _gemm_csv(db, [(1024, 4096, 4096, 100.0), (4096, 4096, 4096, 300.0)])
+    answer = lookup(db, _gemm(16384, 4096, 4096))
+    assert answer.provenance == "roofline" and answer.rows == ()
+    assert answer.duration_us == pytest.approx(_roofline_us(16384, 4096, 4096))
+    assert answer.reason == "outside the measured hull: M in [1024, 4096]; N in [4096, 4096]; K in [4096, 4096]"
+    assert "compute-bound" in answer.column
+    skinny = lookup(db, _gemm(1, 4096, 16384))
+    assert skinny.provenance == "roofline" and "memory-bound" in skinny.column
+    no_peaks = _database(tmp_path / "other", peaks=None)
+    _gemm_csv(no_peaks, [(1024, 4096, 4096, 100.0), (4096, 4096, 4096, 300.0)])
+    assert lookup(no_peaks, _gemm(16384, 4096, 4096)).provenance == "none"
+
+
+def _grid(db: Path, kernel_type: str, model: str) -> None:
+    assert perfdb(["grid", "--database-path", str(db), "--kernel-types", kernel_type, "--target-models", model,
+                   "--rows", "100000"]) == 0
+
+
+def _time_rows(path: Path, efficiency: "object", peaks: DevicePeaks) -> None:
+    """Give every row the duration its roofline time over ``efficiency(row)`` makes."""
+    table = CsvTable.read(path)
+    table.insert_column("Average Duration(us)", len(table.header))
+    for row in read_rows(path):
+        value = efficiency(row)  # type: ignore[operator]
+        if value is not None:
+            table.set(row.line - 2, "Average Duration(us)", f"{value:.9g}")
+    table.write(path)
+
+
+def test_attention_is_interpolated_by_batch_and_lengths(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    _grid(db, "FusedInferAttentionScore", "llama-3.1-8b")
+    path = db / "FusedInferAttentionScore.csv"
+
+    def duration(row: object) -> float | None:
+        plan = attention._plan("FusedInferAttentionScore", row.cells)  # type: ignore[attr-defined]
+        if plan is None:
+            return None
+        kv = sum(plan.kv_lens) / plan.batch
+        ideal = max(attention._work(plan, "BF16").flops / 500e6, attention._work(plan, "BF16").nbytes / 2000e3)
+        return ideal / (0.1 + 0.05 * math.log(kv))  # efficiency linear in log KV length
+
+    _time_rows(path, duration, PEAKS)
+    rows = read_rows(path)
+    decode = [r for r in rows if r.cells.get("avg_seq_len") == "3000" or False]
+    assert not decode  # 3000 is not a grid length: the query below is unmeasured
+    # a decode of 8 requests over 3000 tokens of KV each, its block table sized for 4096
+    target = next(r for r in rows if r.cells.get("avg_seq_len") == "4096" and r.input_shapes[0] == (8, 32, 1, 128))
+    cells = {"Kernel Type": "FusedInferAttentionScore", **target.cells, "avg_seq_len": "3000"}
+    answer = lookup(db, make_query(cells))
+    assert answer.provenance == "interpolated" and "linear in KV length between 2048 and 4096" in answer.column
+    plan = attention._plan("FusedInferAttentionScore", dict(cells))
+    assert plan is not None and plan.kv_lens == (3000,) * 8
+    work = attention._work(plan, "BF16")
+    expected = max(work.flops / 500e6, work.nbytes / 2000e3) / (0.1 + 0.05 * math.log(3000))
+    assert answer.duration_us == pytest.approx(expected)
+
+
+def test_grouped_gemms_are_interpolated_by_rows_and_expert_load(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    _grid(db, "GroupedMatmul", "qwen3-235b-a22b")
+    path = db / "GroupedMatmul.csv"
+
+    def duration(row: object) -> float | None:
+        shapes = row.input_shapes  # type: ignore[attr-defined]
+        (m, k), (e, _, n) = shapes[0], shapes[1]
+        load = grouped.imbalance(row.cells["Input Values"].strip('"'), e, m)  # type: ignore[attr-defined]
+        assert load is not None and load >= 1.0
+        work = grouped._work(m, e, k, n, ("BF16", "BF16"))
+        return max(work.flops / 500e6, work.nbytes / 2000e3) / (0.6 / load)
+
+    _time_rows(path, duration, PEAKS)
+    rows = read_rows(path)
+    measured = next(r for r in rows if r.cells.get("Input Values Source") == "grid: zipf 1" and r.input_shapes[0] == (2048, 4096)
+                    and r.input_shapes[1] == (16, 4096, 3072))
+    assert grouped.imbalance(measured.cells["Input Values"].strip('"'), 16, 2048) == pytest.approx(
+        max(b - a for a, b in zip((0, *_ends(measured)), _ends(measured))) / 128)
+    # a load nobody measured: one expert takes 3 times the mean of 2048 rows over 16
+    sizes = [384] + [110] * 14 + [2048 - 384 - 14 * 110]
+    ends = [sum(sizes[: i + 1]) for i in range(16)]
+    query = make_query({"Kernel Type": "GroupedMatmul", "Input Shapes": measured.cells["Input Shapes"],
+                        "Input Data Types": measured.cells["Input Data Types"],
+                        "Input Values": ";;;;;;;" + ",".join(map(str, ends))})
+    answer = lookup(db, query)
+    assert answer.provenance == "interpolated" and answer.details["imbalance"] == pytest.approx(3.0)
+    work = grouped._work(2048, 16, 4096, 3072, ("BF16", "BF16"))
+    ideal = max(work.flops / 500e6, work.nbytes / 2000e3)
+    # efficiency 0.6 / load is convex in log load: the interpolation lies within a few percent of it
+    assert answer.duration_us == pytest.approx(ideal / (0.6 / 3.0), rel=0.1)
+    assert "linear in imbalance between 2.398 and 4" in answer.column  # zipf 1 and max_mean 4
+
+
+def _ends(row: object) -> list[int]:
+    cell = row.cells["Input Values"].strip('"')  # type: ignore[attr-defined]
+    return [int(v) for v in cell.split(";")[7].split(",")]
