@@ -276,3 +276,14 @@ def test_a_row_at_the_size_without_a_duration_is_said(tmp_path: Path) -> None:
     answer = lookup_collective(tmp_path, q(2048, 8))
     assert (answer.provenance, answer.duration_us) == ("interpolated", pytest.approx(22.0))
     assert answer.reason == "row 4 has this size but no duration"
+
+
+def test_perfdb_lookup_answers_a_collective(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from perf_plugin.cli import main as perfdb
+
+    assert perfdb(["lookup", "--database-path", str(db), "--collective", "all_reduce", "--message-bytes", "2048",
+                   "--devices", "8", "--tier", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("all_reduce of 2048 B over 8 devices: 22.000 us (interpolated: row ")
+    assert perfdb(["lookup", "--database-path", str(db), "--collective", "all_reduce", "--devices", "8"]) == 2
+    assert "--message-bytes" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
     perfdb lookup --database-path DIR --kernel-type MatMulV2 --input-shapes "4096,1024;1024,2048" --input-dtypes "DT_BF16;DT_BF16"
     perfdb lookup --database-path DIR --queries queries.csv --out answers.csv
+    perfdb lookup --database-path DIR --collective all_reduce --message-bytes 2097152 --devices 8 [--tier 1]
 
 A queries CSV has the columns ``Kernel Type``, ``Input Shapes``, ``Input Data Types`` and, where
 wanted, ``Input Formats`` and ``Output Shapes`` (cells as a database row writes them); the
@@ -39,6 +40,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--input-formats", default="", help="optional, e.g. ND;FRACTAL_NZ")
     parser.add_argument("--output-shapes", default="", help="optional")
     parser.add_argument("--queries", type=Path, help="a CSV of queries (instead of one on the command line)")
+    collective = parser.add_argument_group("a collective (instead of a kernel)")
+    collective.add_argument("--collective", help="all_reduce, all_gather, reduce_scatter, alltoall (or hcom_<op>_)")
+    collective.add_argument("--message-bytes", type=int, help="the message size as the Ascend reader counts it")
+    collective.add_argument("--devices", type=int, help="the ranks it spans (num_devices)")
+    collective.add_argument("--tier", default="", help="topology tier (default: any)")
+    collective.add_argument("--dtype", default="", help="e.g. DT_BF16 (default: any)")
     parser.add_argument("--out", type=Path, help="where the answers CSV goes (with --queries)")
     parser.set_defaults(func=run)
 
@@ -108,7 +115,21 @@ def _csv_text(records: list[dict[str, str]]) -> str:
     return buffer.getvalue()
 
 
+def _collective(args: argparse.Namespace) -> int:
+    from perf_plugin.lookup.answer import CollectiveQuery
+    from perf_plugin.lookup.collectives import lookup_collective
+
+    if args.message_bytes is None or args.devices is None or args.message_bytes < 0 or args.devices < 1:
+        raise UsageError("--collective needs --message-bytes (>= 0) and --devices (>= 1)")
+    answer = lookup_collective(args.database_path, CollectiveQuery(args.collective, args.message_bytes, args.devices,
+                                                                   args.tier, args.dtype))
+    print(answer.line())
+    return 0 if answer.duration_us is not None else 1
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.collective:
+        return _collective(args)
     if args.queries is not None:
         if args.out is None:
             raise UsageError("--queries needs --out, the answers CSV")
