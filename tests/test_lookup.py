@@ -120,3 +120,25 @@ def test_a_streaming_kernel_is_interpolated_in_input_bytes(database: Path) -> No
     assert answer.column == "linear in input bytes between 16777216 and 25165824"
     huge = make_query({"Kernel Type": "Mul", "Input Shapes": '"999999999;"', "Input Data Types": "FLOAT;FLOAT"})
     assert lookup(database, huge).reason.startswith("outside the measured hull: input bytes in [")
+
+
+def test_the_command_gives_the_policy_answer_beside_its_own(database: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.conftest import ASCEND
+
+    mapping = ASCEND / "op_mapping_vllm0.18.0_torch2.9.0_cann8.5.yaml"
+    assert perfdb(["lookup", "--database-path", str(database), "--kernel-type", V3, "--input-shapes",
+                   "4096,1024;5120,1024", "--input-dtypes", "DT_BF16;DT_BF16", "--policy", "--op-mapping", str(mapping)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{V3}: ") and "(interpolated:" in lines[0]
+    assert lines[1].startswith(f"policy: {V3}: ") and "policy max_interpolation_dim 1: linear in N" in lines[1]
+    queries = tmp_path / "queries.csv"
+    queries.write_text(f'Kernel Type,Input Shapes,Input Data Types\n{V3},"4096,1024;5120,1024",DT_BF16;DT_BF16\n')
+    out = tmp_path / "answers.csv"
+    assert perfdb(["lookup", "--database-path", str(database), "--queries", str(queries), "--out", str(out),
+                   "--policy", "--op-mapping", str(mapping)]) == 0
+    with out.open(newline="") as handle:
+        (answer,) = list(csv.DictReader(handle))
+    assert answer["Provenance"] == answer["Policy Provenance"] == "interpolated"
+    # the policy interpolates the latency itself, this project the efficiency: both between the rows
+    assert float(answer["Policy Duration(us)"]) != float(answer["Duration(us)"])

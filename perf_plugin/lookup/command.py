@@ -2,7 +2,11 @@
 
     perfdb lookup --database-path DIR --kernel-type MatMulV2 --input-shapes "4096,1024;1024,2048" --input-dtypes "DT_BF16;DT_BF16"
     perfdb lookup --database-path DIR --queries queries.csv --out answers.csv
+    perfdb lookup --database-path DIR --queries queries.csv --out answers.csv --policy
     perfdb lookup --database-path DIR --collective all_reduce --message-bytes 2097152 --devices 8 [--tier 1]
+
+``--policy`` adds the answer ``op_mapping.yaml``'s ``interpolation_policy`` gives from the same
+files (the Ascend performance model's reading; ``--op-mapping FILE`` when the directory has none).
 
 A queries CSV has the columns ``Kernel Type``, ``Input Shapes``, ``Input Data Types`` and, where
 wanted, ``Input Formats`` and ``Output Shapes`` (cells as a database row writes them); the
@@ -28,6 +32,7 @@ QUERY_COLUMNS = ("Kernel Type", "Input Shapes", "Input Data Types", "Input Forma
                  "Output Data Types", "Input Values")
 ATTRIBUTE_COLUMNS = frozenset({"avg_seq_len", "Avg Seq Len", "Input Strides", "Op Arguments"})
 ANSWER_COLUMNS = ("Duration(us)", "Provenance", "Rows", "Method", "Reason")
+POLICY_COLUMNS = ("Policy Duration(us)", "Policy Provenance", "Policy Method", "Policy Reason")
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -47,6 +52,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     collective.add_argument("--tier", default="", help="topology tier (default: any)")
     collective.add_argument("--dtype", default="", help="e.g. DT_BF16 (default: any)")
     parser.add_argument("--out", type=Path, help="where the answers CSV goes (with --queries)")
+    parser.add_argument("--policy", action="store_true",
+                        help="also answer as op_mapping.yaml's interpolation_policy does (the Ascend performance model)")
+    parser.add_argument("--op-mapping", type=Path, help="the policy's op_mapping.yaml (default: the directory's)")
     parser.set_defaults(func=run)
 
 
@@ -87,7 +95,19 @@ def answer_cells(answer: Answer) -> dict[str, str]:
     }
 
 
-def _batch(database: Path, queries: Path, out: Path) -> int:
+def _policy(database: Path, query: Query, mapping: Path | None) -> Answer:
+    from perf_plugin.lookup.policy import lookup_by_policy
+
+    return lookup_by_policy(database, query, mapping)
+
+
+def policy_cells(answer: Answer) -> dict[str, str]:
+    cells = answer_cells(answer)
+    return {"Policy Duration(us)": cells["Duration(us)"], "Policy Provenance": cells["Provenance"],
+            "Policy Method": cells["Method"], "Policy Reason": cells["Reason"]}
+
+
+def _batch(database: Path, queries: Path, out: Path, policy: bool, mapping: Path | None) -> int:
     try:
         with queries.open(newline="") as handle:
             records = list(csv.DictReader(handle))
@@ -99,17 +119,20 @@ def _batch(database: Path, queries: Path, out: Path) -> int:
             query = make_query(cells)
         except DatabaseError as exc:
             raise exc.located(path=queries, row=line) from None
-        answered.append({**{c: cells.get(c, "") for c in QUERY_COLUMNS}, **answer_cells(lookup(database, query))})
-    atomic_write_text(out, _csv_text(answered))
+        record = {**{c: cells.get(c, "") for c in QUERY_COLUMNS}, **answer_cells(lookup(database, query))}
+        if policy:
+            record.update(policy_cells(_policy(database, query, mapping)))
+        answered.append(record)
+    atomic_write_text(out, _csv_text(answered, policy))
     print(f"{len(answered)} answer(s): {sum(1 for a in answered if a['Duration(us)'])} with a duration -> {out}")
     return 0
 
 
-def _csv_text(records: list[dict[str, str]]) -> str:
+def _csv_text(records: list[dict[str, str]], policy: bool) -> str:
     import io
 
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(QUERY_COLUMNS + ANSWER_COLUMNS), lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=list(QUERY_COLUMNS + ANSWER_COLUMNS + (POLICY_COLUMNS if policy else ())), lineterminator="\n")
     writer.writeheader()
     writer.writerows(records)
     return buffer.getvalue()
@@ -133,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     if args.queries is not None:
         if args.out is None:
             raise UsageError("--queries needs --out, the answers CSV")
-        return _batch(args.database_path, args.queries, args.out)
+        return _batch(args.database_path, args.queries, args.out, args.policy, args.op_mapping)
     if not (args.kernel_type and args.input_shapes and args.input_dtypes):
         raise UsageError("give --kernel-type, --input-shapes and --input-dtypes (or --queries FILE --out FILE)")
     query = make_query({"Kernel Type": args.kernel_type, "Input Shapes": args.input_shapes,
@@ -141,4 +164,6 @@ def run(args: argparse.Namespace) -> int:
                         "Output Shapes": args.output_shapes})
     answer = lookup(args.database_path, query)
     print(answer.line())
+    if args.policy:
+        print("policy: " + _policy(args.database_path, query, args.op_mapping).line())
     return 0 if answer.duration_us is not None else 1
