@@ -88,6 +88,10 @@ RUN = {
     'perfdb lookup --database-path DIR --kernel-type MatMulV3 --input-shapes "4096,1024;5120,1024" '
     '--input-dtypes "DT_BF16;DT_BF16"': "test_perfdb_lookup",
     "perfdb lookup --database-path DIR --queries queries.csv --out answers.csv": "test_perfdb_lookup",
+    "perfdb lookup --database-path DIR --queries queries.csv --out answers.csv --policy": "test_perfdb_lookup",
+    "perfdb lookup --database-path DIR --collective all_reduce --message-bytes 2097152 --devices 8":
+        "test_perfdb_lookup_collective",
+    "perfdb peaks --database-path DIR": "test_perfdb_peaks",
     # docs/input-values.md
     "perfdb ingest --profiling-path trace.json --database-path DIR": "test_perfdb_ingest_input_values",
     "perfdb ingest --profiling-path elsewhere.json --input-values trace.values.json --database-path DIR":
@@ -578,6 +582,32 @@ def test_perfdb_lookup(sh: Shell, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     done = sh.perfdb(documented("perfdb lookup --database-path DIR --queries queries.csv --out answers.csv").replace("DIR", str(db)))
     assert done.ret == 0, done.out
     assert rows(tmp_path / "answers.csv")[0]["Provenance"] == "exact"
+    shutil.copy(FIXTURES / "ascend" / "op_mapping_vllm0.18.0_torch2.9.0_cann8.5.yaml", db / "op_mapping.yaml")
+    done = sh.perfdb(documented("perfdb lookup --database-path DIR --queries queries.csv --out answers.csv --policy")
+                     .replace("DIR", str(db)))
+    assert done.ret == 0, done.out
+    assert rows(tmp_path / "answers.csv")[0]["Policy Provenance"] == "exact"
+
+
+def test_perfdb_lookup_collective(sh: Shell, tmp_path: Path) -> None:
+    """An all_reduce over 8 devices between two measured sizes: the alpha-beta line through them."""
+    db = tmp_path / "hccl"
+    db.mkdir()
+    (db / "hcom_allReduce_.csv").write_text("message_bytes,num_devices,dtype,topology_tier,Duration(us),bandwidth_gbps\n"
+                                            "1048576,8,DT_BF16,1,40.0,26.2\n4194304,8,DT_BF16,1,100.0,41.9\n")
+    done = sh.perfdb(documented("perfdb lookup --database-path DIR --collective all_reduce --message-bytes 2097152 "
+                                "--devices 8").replace("DIR", str(db)))
+    assert done.ret == 0, done.out
+    assert "all_reduce of 2097152 B over 8 devices: 60.000 us (interpolated" in done.out
+
+
+def test_perfdb_peaks(sh: Shell, tmp_path: Path) -> None:
+    """Measured on this machine's CPU (the default backend where no accelerator is present), with
+    small GEMMs so that the test stays quick."""
+    done = sh.perfdb(documented("perfdb peaks --database-path DIR").replace("DIR", str(tmp_path))
+                     + " --backend cpu --sizes 128 --copy-mib 8 --repeats 2")
+    assert done.ret == 0, done.out
+    assert "GEMM TFLOP/s BF16" in done.out and (tmp_path / "device_peaks.yaml").is_file()
 
 
 def test_perfdb_grid(sh: Shell, project: Path, tmp_path: Path) -> None:
