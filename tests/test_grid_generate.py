@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from perf_plugin.database.schema import IDENTITY_COLUMNS, INPUT_VALUES, INPUT_VALUES_SOURCE, ROW_ORIGIN
+from perf_plugin.database.schema import (
+    IDENTITY_COLUMNS,
+    INPUT_STRIDES,
+    INPUT_VALUES,
+    INPUT_VALUES_SOURCE,
+    OP_ARGUMENTS,
+    ROW_ORIGIN,
+)
 from perf_plugin.replay.registry import signature_of
 from perf_plugin.grid.config import load_config
 from perf_plugin.grid.memory import budget_bytes
@@ -25,7 +32,8 @@ KERNEL_DETAILS = FIXTURES / "kernel_details_level2_llm_train.csv"
 FIA_ROWS = FIXTURES / "db_row_FusedInferAttentionScore.csv"
 PROFILED_TYPES = ("MatMulV2", "MatMulV3", "Add", "Mul", "Muls", "Cast", "RmsNorm", "SwiGlu", "TensorMove",
                   "Slice", "ConcatD", "GatherV2", "RotaryPositionEmbedding")
-EXTRA = ("avg_seq_len", ROW_ORIGIN, INPUT_VALUES, INPUT_VALUES_SOURCE)  # the last two: expert loads
+# INPUT_VALUES and its source: expert loads; INPUT_STRIDES and OP_ARGUMENTS: aten._scaled_mm's pattern
+EXTRA = ("avg_seq_len", ROW_ORIGIN, INPUT_VALUES, INPUT_VALUES_SOURCE, INPUT_STRIDES, OP_ARGUMENTS)
 
 
 def read_rows(path: Path) -> tuple[list[str], list[list[str]]]:

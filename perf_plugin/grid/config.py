@@ -9,6 +9,7 @@ generators, bad dtypes and malformed or unknown-name expressions are reported wi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +19,12 @@ import yaml
 
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.kernel_types import validate_kernel_type
+from perf_plugin.database.schema import INPUT_STRIDES, OP_ARGUMENTS
 from perf_plugin.database.signature import normalise_dtype
 from perf_plugin.grid.evaluator import Expression, ExpressionError, compile_expression
 from perf_plugin.grid.generators import GENERATORS, Generator
 from perf_plugin.grid.models import EXPRESSION_NAMES
+from perf_plugin.replay.aten_call import slots_used
 from perf_plugin.replay.tensors import DTYPES
 
 DEFAULT_CONFIG = Path(__file__).with_name("config.yaml")
@@ -33,8 +36,9 @@ _TOP_KEYS = {"version", "grids", "kernels"}
 _ROUTE_KEYS = {"generator", "options", "patterns", "accelerator_core", "op_state"}
 _PATTERN_KEYS = {
     "name", "over", "let", "where", "inputs", "input_slots", "outputs", "output_slots",
-    "dtype", "workspace", "columns",
+    "dtype", "workspace", "columns", "strides", "arguments",
 }
+_ARGUMENT_KEYS = {"overload", "args", "operator"}
 
 
 @dataclass(frozen=True)
@@ -71,10 +75,20 @@ class Pattern:
     outputs: tuple[SlotSpec, ...]
     workspace: Expression | None
     columns: tuple[tuple[str, Expression], ...]
+    # Per input slot, the strides of a tensor the kernel reads as a strided view (None: row-major,
+    # or no tensor); None when the pattern gives none (``Input Strides``).
+    strides: tuple[tuple[Expression, ...] | None, ...] | None = None
+    # The ``Op Arguments`` cell of rows replayed through ``torch.ops.aten`` ("" for none).
+    arguments: str = ""
 
     @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.columns)
+
+    @property
+    def detail_columns(self) -> tuple[str, ...]:
+        """The detail columns (part of a row's signature) this pattern writes."""
+        return ((INPUT_STRIDES,) if self.strides is not None else ()) + ((OP_ARGUMENTS,) if self.arguments else ())
 
 
 @dataclass(frozen=True)
@@ -95,10 +109,13 @@ class KernelRoute:
 
     @property
     def written_columns(self) -> tuple[str, ...]:
-        """``column_names`` and the generator's own (``Input Values``: in the signature already)."""
-        return self.column_names + tuple(
-            n for n in self.generator.row_columns(self.options) if n not in self.column_names
-        )
+        """``column_names``, the patterns' detail columns and the generator's own (``Input Values``);
+        the detail columns are in the signature already."""
+        names = list(self.column_names)
+        for name in [c for p in self.patterns for c in p.detail_columns] + list(self.generator.row_columns(self.options)):
+            if name not in names:
+                names.append(name)
+        return tuple(names)
 
 
 @dataclass(frozen=True)
@@ -253,7 +270,53 @@ class _Loader:
             outputs=outputs,
             workspace=None if workspace is None else self.expression(workspace, f"{key}.workspace", names),
             columns=columns,
+            strides=None if raw.get("strides") is None else self.strides(raw["strides"], f"{key}.strides", names, inputs),
+            arguments="" if raw.get("arguments") is None else self.arguments(raw["arguments"], f"{key}.arguments", inputs),
         )
+
+    def strides(
+        self, value: Any, key: str, names: set[str], inputs: tuple[SlotSpec, ...]
+    ) -> tuple[tuple[Expression, ...] | None, ...]:
+        """Per input slot (a list, or a mapping of slot index to strides): ``~`` or one stride
+        expression per dim of the slot's shape."""
+        if isinstance(value, Mapping):
+            entries = dict(value)
+        elif isinstance(value, list):
+            entries = dict(enumerate(value))
+        else:
+            raise self.error(key, "expected a list of per-slot strides (or a mapping of slot index to strides)")
+        strides: list[tuple[Expression, ...] | None] = [None] * len(inputs)
+        for index, spec in entries.items():
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(inputs):
+                raise self.error(key, f"slot {index!r} is not an input slot (the pattern has {len(inputs)})")
+            if spec is None:
+                continue
+            if not isinstance(spec, list) or len(spec) != inputs[index].rank:
+                raise self.error(f"{key}[{index}]", f"expected one stride per dim of input slot {index} "
+                                 f"({inputs[index].rank or 0} dims), got {spec!r}")
+            strides[index] = tuple(self.expression(d, f"{key}[{index}][{i}]", names) for i, d in enumerate(spec))
+        return tuple(strides)
+
+    def arguments(self, value: Any, key: str, inputs: tuple[SlotSpec, ...]) -> str:
+        """The ``Op Arguments`` cell in ingest's form: compact JSON of overload, args (operator)."""
+        raw = self.mapping(value, key, _ARGUMENT_KEYS)
+        args = raw.get("args")
+        if not isinstance(raw.get("overload", ""), str) or not isinstance(args, list):
+            raise self.error(key, "expected {overload: NAME, args: [...]} ({tensor: k} for input slot k)")
+        try:
+            used = slots_used(args)
+        except (TypeError, ValueError):
+            raise self.error(f"{key}.args", "a {tensor: k} argument needs an integer slot index k") from None
+        for slot in used:
+            if not (0 <= slot < len(inputs) and inputs[slot].dtype):
+                raise self.error(f"{key}.args", f"input slot {slot} is not a tensor slot of the pattern")
+        document: dict[str, Any] = {"overload": raw.get("overload", ""), "args": args}
+        if raw.get("operator"):
+            document["operator"] = raw["operator"]
+        try:
+            return json.dumps(document, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise self.error(key, f"not writable as JSON: {exc}") from None
 
     def slots(
         self, value: Any, count: Any, key: str, count_key: str, names: set[str], dtype: str

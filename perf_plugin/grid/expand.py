@@ -2,10 +2,11 @@
 
 For every base environment, every combination of the pattern's ``over`` grids is bound, the
 ``let`` values are derived in order, the ``where`` conditions filter, and each slot's dims are
-evaluated.  A candidate whose dims do not come out as positive integers (``heads / tp`` not
-whole, a zero-width slot, a division by zero, a name the environment lacks such as a model
-parameter in the generic GEMM grid) is skipped and counted with its first reason, never
-written.
+evaluated, and the input strides where the pattern gives them.  A candidate whose dims do not
+come out as positive integers (``heads / tp`` not whole, a zero-width slot, a division by zero, a
+name the environment lacks such as a model parameter in the generic GEMM grid), or whose strides
+are not whole numbers >= 0 (0: a broadcast view), is skipped and counted with its first reason,
+never written.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from perf_plugin.database.schema import format_number
 from perf_plugin.database.shapes import Shape
 from perf_plugin.grid.config import Pattern, SlotSpec
-from perf_plugin.grid.evaluator import EvaluationError, Number
+from perf_plugin.grid.evaluator import EvaluationError, Expression, Number
 from perf_plugin.grid.generators import BaseEnv
 
 
@@ -31,6 +32,7 @@ class Candidate:
     outputs: tuple[Shape | None, ...]
     columns: tuple[str, ...]  # aligned with Pattern.columns
     workspace: int
+    strides: tuple[Shape | None, ...] | None = None  # per input slot, where the pattern gives them
 
 
 @dataclass
@@ -50,13 +52,13 @@ class _Skip(Exception):
     pass
 
 
-def _dim(value: Number, text: str) -> int:
+def _dim(value: Number, text: str, least: int = 1) -> int:
     if isinstance(value, float):
         if not value.is_integer():
             raise _Skip(f"{text!r} is not a whole number")
         value = int(value)
-    if value < 1:
-        raise _Skip(f"{text!r} is {value}, not a positive size")
+    if value < least:
+        raise _Skip(f"{text!r} is {value}, not a positive size" if least else f"{text!r} is {value}, not a stride")
     return value
 
 
@@ -68,7 +70,12 @@ def _plan(slots: tuple[SlotSpec, ...]) -> _SlotPlan:
     return tuple(None if s.dims is None else tuple((e.fn, e.text) for e in s.dims) for s in slots)
 
 
-def _shapes(plan: _SlotPlan, env: dict[str, Number]) -> tuple[Shape | None, ...]:
+def _stride_plan(strides: tuple[tuple[Expression, ...] | None, ...]) -> _SlotPlan:
+    return tuple(None if s is None else tuple((e.fn, e.text) for e in s) for s in strides)
+
+
+def _shapes(plan: _SlotPlan, env: dict[str, Number], least: int = 1) -> tuple[Shape | None, ...]:
+    """The slots' dims (``least`` 1), or strides (``least`` 0), evaluated in ``env``."""
     shapes: list[Shape | None] = []
     for dims in plan:
         if dims is None:
@@ -77,8 +84,8 @@ def _shapes(plan: _SlotPlan, env: dict[str, Number]) -> tuple[Shape | None, ...]
         shape = []
         for fn, text in dims:
             value = fn(env)
-            if type(value) is not int or value < 1:
-                value = _dim(value, text)
+            if type(value) is not int or value < least:
+                value = _dim(value, text, least)
             shape.append(value)
         shapes.append(tuple(shape))
     return tuple(shapes)
@@ -100,6 +107,7 @@ def expand(pattern: Pattern, base_envs: Iterable[BaseEnv], stats: ExpandStats) -
     early = [c for c in pattern.where if not c.names & derived]
     late = [c for c in pattern.where if c.names & derived]
     inputs_plan, outputs_plan = _plan(pattern.inputs), _plan(pattern.outputs)
+    strides_plan = None if pattern.strides is None else _stride_plan(pattern.strides)
     for model, base in base_envs:
         for combo in itertools.product(*grids):
             stats.evaluated += 1
@@ -116,6 +124,7 @@ def expand(pattern: Pattern, base_envs: Iterable[BaseEnv], stats: ExpandStats) -
                     continue
                 inputs = _shapes(inputs_plan, env)
                 outputs = _shapes(outputs_plan, env)
+                strides = None if strides_plan is None else _shapes(strides_plan, env, least=0)
                 columns = tuple(_column_text(expr(env)) for _, expr in pattern.columns)
                 workspace = 0
                 if pattern.workspace is not None:
@@ -130,4 +139,4 @@ def expand(pattern: Pattern, base_envs: Iterable[BaseEnv], stats: ExpandStats) -
             except ZeroDivisionError:
                 stats.skipped[f"{pattern.key}: division by zero"] += 1
                 continue
-            yield Candidate(model, inputs, outputs, columns, workspace)
+            yield Candidate(model, inputs, outputs, columns, workspace, strides)

@@ -9,9 +9,12 @@ The estimate is what the replay of the row holds on the device at once:
   float32 softmax statistics (running max and sum) per query token and head,
   ``2 * 4 * tokens * heads`` bytes.
 
-Not counted: the verification reference (built on the host, in float64), the allocator's
-rounding, and rotating input buffers (a replay option that multiplies the inputs; keep the
-budget below the device memory by that factor when using it).
+Not counted: the verification reference (float64: built on the host, or for GEMM replays on
+a CUDA device, where the runner counts it against the free memory and builds it on the host
+when it does not fit: ``OpReplay.reference_on_device``), the allocator's rounding, and rotating
+input buffers (a replay option that multiplies the inputs; keep the budget below the device
+memory by that factor when using it).  Float8 operands count one byte per element, so an FP8
+GEMM row (``aten._scaled_mm``) fits where its bf16 MatMul row may not.
 
 ``--max-hbm-gb`` is in GiB (2**30 bytes).
 """

@@ -11,7 +11,11 @@ raw bytes of every unchanged record, so the old content stays a byte-identical p
 new file, except when a column the generated rows carry is missing (``Row Origin``, or an extra
 column of the route): adding a column gives every record one more (empty) cell at the end,
 and their values are still unchanged.  Generated rows leave every duration and counter column
-empty and say where they come from in ``Row Origin`` (``grid:<generator>:<model>``).
+empty and say where they come from in ``Row Origin`` (``grid:<generator>:<model>``).  A pattern
+that gives ``strides`` or ``arguments`` also writes the ``Input Strides`` and ``Op Arguments``
+cells, in the form trace ingest writes them (rows replayed through ``torch.ops.aten``, such as
+``aten._scaled_mm``); they are part of the signature, so an ingested row of the same call is
+recognised as already in the file.
 """
 
 from __future__ import annotations
@@ -24,15 +28,21 @@ from pathlib import Path
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.lock import database_lock
 from perf_plugin.database.paths import list_kernel_csvs
-from perf_plugin.database.schema import IDENTITY_COLUMNS, REQUIRED_IDENTITY_COLUMNS, ROW_ORIGIN
+from perf_plugin.database.schema import (
+    IDENTITY_COLUMNS,
+    INPUT_STRIDES,
+    OP_ARGUMENTS,
+    REQUIRED_IDENTITY_COLUMNS,
+    ROW_ORIGIN,
+)
 from perf_plugin.database.shapes import QuoteStyle, detect_quote_style
 from perf_plugin.database.signature import Signature
 from perf_plugin.database.table import CsvTable
-from perf_plugin.grid.config import GridConfig, KernelRoute
-from perf_plugin.grid.expand import ExpandStats, expand
+from perf_plugin.grid.config import GridConfig, KernelRoute, Pattern
+from perf_plugin.grid.expand import Candidate, ExpandStats, expand
 from perf_plugin.grid.memory import estimate_bytes
 from perf_plugin.grid.models import ModelConfig
-from perf_plugin.grid.templates import resolve_layout, source_structures
+from perf_plugin.grid.templates import RowLayout, resolve_layout, source_structures
 from perf_plugin.replay.registry import signature_of
 
 ORIGIN_PREFIX = "grid"
@@ -93,6 +103,21 @@ def _quote_style(table: CsvTable) -> QuoteStyle:
     return detect_quote_style(values) if values else QuoteStyle.PLAIN
 
 
+def _row_cells(
+    layout: RowLayout, pattern: Pattern, candidate: Candidate, identity: Sequence[str], style: QuoteStyle
+) -> dict[str, str]:
+    """A candidate's cells: the identity columns the table has, the pattern's extra columns, and
+    the detail cells (``Input Strides``, ``Op Arguments``) of a pattern that gives them."""
+    every = layout.cells(candidate.inputs, candidate.outputs, style)
+    cells = {name: every[name] for name in identity}
+    cells.update(zip(pattern.column_names, candidate.columns))
+    if candidate.strides is not None:
+        cells[INPUT_STRIDES] = layout.strides_cell(candidate.inputs, candidate.strides, style)
+    if pattern.arguments:
+        cells[OP_ARGUMENTS] = pattern.arguments
+    return cells
+
+
 def plan_rows(
     kernel_type: str, route: KernelRoute, table: CsvTable, request: GridRequest, report: KernelReport
 ) -> list[dict[str, str]]:
@@ -120,9 +145,7 @@ def plan_rows(
             if nbytes > request.budget:
                 report.over_budget += 1
                 continue
-            cells = layout.cells(candidate.inputs, candidate.outputs, style)
-            cells = {name: cells[name] for name in identity}
-            cells.update(zip(pattern.column_names, candidate.columns))
+            cells = _row_cells(layout, pattern, candidate, identity, style)
             variants = route.generator.variants(route.options, cells)  # one per expert load, say
             report.variants += len(variants) - 1
             for variant in variants:

@@ -30,6 +30,7 @@ from perf_plugin.database.signature import normalise_dtype, normalise_format
 from perf_plugin.database.table import CsvTable
 from perf_plugin.grid.config import KernelRoute, Pattern, SlotSpec
 from perf_plugin.replay.tensors import DTYPES
+from perf_plugin.trace.args import is_contiguous
 
 # Format names that imply a rank; a generated tensor of another rank gets ND instead.
 RANKED_FORMATS: dict[str, int] = {"NC": 2, "NCL": 3, "NCHW": 4, "NHWC": 4, "HWCN": 4, "CHWN": 4, "NCDHW": 5, "NDHWC": 5}
@@ -157,6 +158,19 @@ class RowLayout(SlotMetadata):
             "Output Data Types": self.joined[2],
             "Output Formats": self.joined[3],
         }
+
+    def strides_cell(
+        self, inputs: Sequence[Shape | None], strides: Sequence[Shape | None], style: QuoteStyle
+    ) -> str:
+        """The ``Input Strides`` cell as trace ingest writes it (``MappedOp.strides_cell``): every
+        slot's strides, aligned like the shapes, where one input is not row-major; else empty, as
+        a row of contiguous inputs has no strides to record (and so the same signature)."""
+        width = len(self.in_dtypes)
+        shapes = (list(inputs) + [None] * width)[:width]
+        padded = (list(strides) + [None] * width)[:width]
+        if not any(s is not None and t is not None and not is_contiguous(s, t) for s, t in zip(shapes, padded)):
+            return ""
+        return format_shape_cell(padded, style)
 
     @cached_property
     def joined(self) -> tuple[str, str, str, str]:

@@ -1,9 +1,13 @@
-"""The GEMM family (MatMulV2, MatMulV3, MatMulCommon, BatchMatMulV2): N and K from the models.
+"""The GEMM family (MatMulV2, MatMulV3, MatMulCommon, BatchMatMulV2, and the FP8 GEMMs of
+``aten._scaled_mm``): N and K from the models.
 
 Each base environment is one projection of one model at one TP size (``projections`` lists
 them) and defines ``n``, ``k`` and, for batched projections, ``b`` (the batch of heads);
 the patterns cross them with token counts ``m``.  ``options.kind`` picks the linear projections
-(``linear``: MatMul kernels) or the batched ones (``bmm``: BatchMatMulV2).
+(``linear``: MatMul kernels, and FP8 linear layers) or the batched ones (``bmm``: BatchMatMulV2).
+How a kernel lays the projection out (operand order, dtypes, a transposed weight's strides, the
+``torch.ops.aten`` call's arguments) is its patterns' business, not the generator's: a bf16
+MatMulV2 row and an FP8 ``aten._scaled_mm`` row of one projection share its environment.
 
 Without ``--target-models`` the candidate set also holds a generic grid (``generic_n`` x
 ``generic_k``, and ``generic_batch`` for ``bmm``) labelled ``generic``; with it, only the
