@@ -13,6 +13,10 @@ The known ways a candidate looks fast without being so, and what stops each here
   the candidate is timed by the run's own collector (device time from the profiler: on CUDA
   every kernel, memcpy and memset launched between the case's markers, on any stream, is
   summed), exactly as the reference replay is.
+
+Each check compares with the replay's reference on the check's inputs (``compute_reference``):
+on the device for the GEMM replays on CUDA, on the host where the runner's memory check found
+no room for the float64 copies (``host_reference``, active around the judge too).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from perf_plugin.replay.base import compute_reference
 from perf_plugin.replay.verify import VerificationError, verify_outputs
 from perf_plugin.results import CaseRef
 
@@ -130,7 +135,7 @@ def check_once(
     except Exception as exc:  # the candidate's own error is its verdict, not the run's
         first = str(exc).splitlines()[0] if str(exc) else ""
         return None, f"raised {type(exc).__name__}: {first}"
-    reference = replay.reference(*args)
+    reference = compute_reference(replay, args)
     try:
         verify_outputs(replay, row, outputs, reference, args)
     except VerificationError as exc:
@@ -208,7 +213,7 @@ def check_after_timing(last: LastCall, replay: "OpReplay", row: "KernelRow", ver
     if last.args is None:
         verdict.log.append("no timed repeat ran: nothing to compare after the timed range")
         return True
-    reference = replay.reference(*last.args)
+    reference = compute_reference(replay, last.args)
     try:
         verify_outputs(replay, row, last.outputs, reference, last.args)
     except (VerificationError, TypeError, ValueError) as exc:

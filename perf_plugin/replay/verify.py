@@ -8,6 +8,12 @@ equality.  A replay whose outputs are random draws (``values_verifiable`` False:
 infinite, so it never passes; an infinity passes only
 where the reference has the same infinity (a ``masked_fill`` with ``-inf``, an attention mask),
 and the finite elements are compared as usual.
+
+The comparison runs where the reference is: on the CPU for a host reference (the output is
+moved there chunk by chunk), on the device for a reference computed there (a GEMM's on CUDA,
+``OpReplay.reference_on_device``), so a prefill-sized output is neither copied to the host nor
+reduced by the host's cores.  Both go in chunks of ``_CHUNK`` elements, which bounds the float64
+temporaries (``compare_bytes``) whatever the output's size.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from perf_plugin.replay.base import has_float64_kernels
 from perf_plugin.replay.tensors import KernelRow, TensorSpec
 
 if TYPE_CHECKING:
@@ -24,6 +31,13 @@ if TYPE_CHECKING:
 
 # Elements per step of the float64 reductions: bounds the temporary memory of a large output.
 _CHUNK = 1 << 22
+
+
+def compare_bytes(numel: int) -> int:
+    """The most the comparison of an output of ``numel`` elements holds at once besides the
+    output and the reference: one chunk of the output in float64, its difference from the
+    reference, the reference's square (float64), and the finiteness masks."""
+    return 4 * 8 * min(numel, _CHUNK)
 
 
 class VerificationError(Exception):
@@ -38,14 +52,23 @@ def _as_tuple(outputs: Any) -> tuple[Any, ...]:
     return tuple(outputs)
 
 
+def compare_device(ref: "torch.Tensor") -> "torch.device":
+    """Where ``out`` and ``ref`` are compared: the reference's device where float64 kernels exist
+    there (a reference computed on CUDA), else the CPU (a host reference; an NPU's own tensors)."""
+    import torch
+
+    return ref.device if has_float64_kernels(ref.device.type) else torch.device("cpu")
+
+
 def _chunks(out: "torch.Tensor", ref: "torch.Tensor") -> Any:
     import torch
 
     flat_out = out.detach().reshape(-1)
     flat_ref = ref.detach().reshape(-1)
+    where = compare_device(ref)
     for start in range(0, flat_out.numel(), _CHUNK):
-        a = flat_out[start : start + _CHUNK].to("cpu")
-        b = flat_ref[start : start + _CHUNK].to("cpu")
+        a = flat_out[start : start + _CHUNK].to(where)
+        b = flat_ref[start : start + _CHUNK].to(where)
         if a.is_complex() or b.is_complex():
             a, b = torch.view_as_real(a.to(torch.complex128)), torch.view_as_real(b.to(torch.complex128))
         yield a.to(torch.float64), b.to(torch.float64)
@@ -84,10 +107,11 @@ def mismatch_count(out: "torch.Tensor", ref: "torch.Tensor") -> int:
 
     flat_out = out.detach().reshape(-1)
     flat_ref = ref.detach().reshape(-1)
+    where = compare_device(ref)
     count = 0
     for start in range(0, flat_out.numel(), _CHUNK):
-        a = flat_out[start : start + _CHUNK].to("cpu")
-        b = flat_ref[start : start + _CHUNK].to("cpu").to(a.dtype)
+        a = flat_out[start : start + _CHUNK].to(where)
+        b = flat_ref[start : start + _CHUNK].to(where).to(a.dtype)
         count += int(torch.ne(a, b).sum())
     return count
 
@@ -166,6 +190,8 @@ def _require_finite(row: KernelRow, slot: int, spec: TensorSpec, out: "torch.Ten
 
 __all__ = (
     "VerificationError",
+    "compare_bytes",
+    "compare_device",
     "check_output_specs",
     "mismatch_count",
     "relative_error",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.replay.api_call import bind_call, resolve_api
-from perf_plugin.replay.base import CaseBuildError
+from perf_plugin.replay.base import CaseBuildError, compute_reference, host_reference, reference_on_device
 from perf_plugin.replay.rank_group import RankGroup, group_scope, with_comm_names
 from perf_plugin.replay.cache_modes import (
     FALLBACK_CACHE_BYTES,
@@ -35,7 +35,7 @@ from perf_plugin.replay.code_eviction import CodeCache, code_cache_state, code_e
 from perf_plugin.replay.dirty_lines import dirty_bytes, dirty_lines
 from perf_plugin.replay.cold_inputs import cold_inputs, has_reuse_evidence
 from perf_plugin.replay.op_mapping import resolve_replay
-from perf_plugin.replay.verify import VerificationError, verify_outputs
+from perf_plugin.replay.verify import VerificationError, compare_bytes, verify_outputs
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from perf_plugin.run.cases import Case
 
 # Device memory a case may use, as a multiple of its row's input+output bytes: the op's own
-# outputs during verification and timing, plus temporaries inside composite ops.
+# outputs during verification and timing, plus temporaries inside composite ops.  A reference
+# computed on the device (GEMMs on CUDA) is counted on top of this (``_reference_bytes``).
 MEMORY_HEADROOM = 3.0
 # A case needing less than this share of the free memory seen at the last query is not checked
 # again: querying costs ~50 us per case on CUDA (cudaMemGetInfo), memory is released after
@@ -87,12 +88,31 @@ class ReplayRunner:
     _evict_code: Any = None
     _cache_bytes: int | None = None
     _free_seen: int | None = None
+    _device_type: str | None = None
 
-    def _check_memory(self, case: "Case") -> None:
+    def _reference_bytes(self, row: "KernelRow", replay: "OpReplay | None") -> int:
+        """Device bytes the row's float64 reference and its comparison hold where the replay
+        computes it on this device (``OpReplay.reference_on_device``), else 0: a host reference
+        takes no device memory."""
+        if replay is None:
+            return 0
+        if self._device_type is None:
+            self._device_type = self.backend.torch_device().type
+        if not reference_on_device(replay.reference_on_device, self._device_type):
+            return 0
+        return replay.reference_bytes(row) + compare_bytes(max((spec.numel for spec in row.outputs), default=0))
+
+    def _check_memory(self, case: "Case", replay: "OpReplay | None" = None) -> bool:
+        """Skip the case (CaseSkip) when its tensors, with headroom, exceed the free device memory.
+        True when the float64 reference of a replay that computes it on the device fits beside
+        them too; False: the reference goes to the host (slow, but the row is still measured).
+        The reference is counted on top of the headroom, which covers the op's own outputs and
+        temporaries: a float64 GEMM reference is 4x (bf16) to 8x (fp8 operands) the row's bytes."""
         assert case.row is not None
         need = int(case.row.nbytes * MEMORY_HEADROOM)
-        if self._free_seen is not None and need < self._free_seen * SMALL_CASE_SHARE:
-            return
+        reference = self._reference_bytes(case.row, replay)
+        if self._free_seen is not None and need + reference < self._free_seen * SMALL_CASE_SHARE:
+            return True
         free = self._free_seen = self.backend.free_memory_bytes()
         if free is not None and need > free:
             error = DatabaseError(
@@ -103,6 +123,7 @@ class ReplayRunner:
                 column="Input Shapes",
             )
             raise CaseSkip(error.describe())
+        return free is None or need + reference <= free
 
     def _last_level_cache(self) -> int:
         if self._cache_bytes is None:
@@ -275,9 +296,11 @@ class ReplayRunner:
         replay = resolve_replay(case.replay_kernel_type or case.ref.kernel_type)
         if replay is None:
             raise CaseSkip(f"no replay for kernel type {case.ref.kernel_type}")
-        self._check_memory(case)
+        device_reference = self._check_memory(case, replay)
         group = self._group(case)
-        with group_scope(group):
+        # a reference that would not fit on the device is computed on the host, the candidate
+        # judge's included
+        with group_scope(group), host_reference(not device_reference):
             # each rank its own tokens and experts, as the ranks of a model have
             self._run(case, replay, self.seed + (group.rank if group is not None else 0))
 
@@ -299,7 +322,7 @@ class ReplayRunner:
                 if "out of memory" in str(exc).lower():
                     raise CaseSkip(f"out of device memory: {str(exc).splitlines()[0]}") from None
                 raise CaseFailure(f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
-            reference = replay.reference(*args)
+            reference = compute_reference(replay, args)
             try:
                 verify_outputs(replay, case.row, outputs, reference, args)
             except VerificationError as exc:
@@ -322,7 +345,8 @@ class ReplayRunner:
                 )
         finally:
             del args
-            self._release(case.row.nbytes)
+            # a reference computed on the device leaves its float64 blocks in the allocator's cache
+            self._release(case.row.nbytes + self._reference_bytes(case.row, replay))
 
     def _release(self, case_bytes: int) -> None:
         # Inputs and outputs are freed by reference counting when ``args`` goes out of scope;

@@ -128,17 +128,18 @@ def grouped_mm(x: "torch.Tensor", w: "torch.Tensor", offsets: "torch.Tensor", gr
     return out
 
 
-def grouped_reference(x: "torch.Tensor", w: "torch.Tensor", ends: list[int], scale: "torch.Tensor | None" = None) -> "torch.Tensor":
-    """``x[rows of g] @ w[g]`` (times ``scale[g]``) on the CPU in float64, group by group from
-    the group ends the API's list gives."""
+def grouped_reference(x: "torch.Tensor", w: "torch.Tensor", ends: list[int], scale: "torch.Tensor | None" = None,
+                      where: "torch.device | str" = "cpu") -> "torch.Tensor":
+    """``x[rows of g] @ w[g]`` (times ``scale[g]``) in float64 on ``where`` (the CPU unless the
+    replay's reference runs on the device), group by group from the group ends the API's list gives."""
     import torch
 
-    x64 = x.detach().cpu().double()
-    out = torch.empty((x.shape[0], w.shape[2]), dtype=torch.float64)
+    x64 = x.detach().to(where, torch.float64)
+    out = torch.empty((x.shape[0], w.shape[2]), dtype=torch.float64, device=x64.device)
     for g, (start, end) in enumerate(zip([0, *ends], ends)):
-        out[start:end] = x64[start:end] @ w[g].detach().cpu().double()
+        out[start:end] = x64[start:end] @ w[g].detach().to(where, torch.float64)
         if scale is not None:
-            out[start:end] *= scale[g].detach().cpu().double()
+            out[start:end] *= scale[g].detach().to(where, torch.float64)
     return out
 
 

@@ -273,20 +273,28 @@ class ScaledMmReplay(AtenOpReplay):
     The CPU has no fast FP8 GEMM (its implementation takes minutes on a prefill-sized product),
     and float8 values convert to float64 exactly, so the reference is the product of the float64
     operands times both scales (plus the bias), which is what the kernel computes before rounding
-    to its output dtype.
+    to its output dtype.  On CUDA it is computed there (``reference_on_device``: a float64 GEMM
+    takes milliseconds there, seconds on the host); the scales and the bias are applied in place,
+    so that it holds the float64 operands and one float64 product at once (``reference_bytes``).
     """
 
     kernel_types = ("aten._scaled_mm",)
     kernel_type_prefixes = ()
+    reference_on_device = True
 
     def reference(self, name: str, overload: str, template: Sequence[Any], tensors: Sequence[Any], device: Any) -> Any:
+        where = self.reference_device(tensors)
+
         def operand(position: int) -> Any:
             value = template[position] if position < len(template) else None
-            return _all_float64(tensors[int(value["tensor"])]) if isinstance(value, dict) else None
+            if not isinstance(value, dict):
+                return None
+            tensor = tensors[int(value["tensor"])]
+            return tensor.detach().to(where).double() if _is_tensor(tensor) else tensor
 
         a, b, scale_a, scale_b, bias = (operand(i) for i in range(5))
-        product = (a @ b) * scale_a * scale_b
-        return product if bias is None else product + bias
+        product = (a @ b).mul_(scale_a).mul_(scale_b)
+        return product if bias is None else product.add_(bias)
 
     def parameters(self, row: KernelRow, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """An FP8 linear layer: the second operand is its weight (with its scale)."""

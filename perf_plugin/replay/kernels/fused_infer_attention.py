@@ -145,8 +145,9 @@ def _lse_layout_of(lse: "torch.Tensor", case: FiaCase) -> "torch.Tensor":
 
 
 # ------------------------------------------------------------------ the float64 reference
-def _request_tensors(args: tuple[Any, ...], plan: FiaPlan, b: int) -> "tuple[torch.Tensor, torch.Tensor, torch.Tensor]":
-    """Request ``b``'s query [S_b, N, D] and K, V [L_b, KV_N, D] in float64 on the CPU."""
+def _request_tensors(args: tuple[Any, ...], plan: FiaPlan, b: int,
+                     where: "torch.device | str" = "cpu") -> "tuple[torch.Tensor, torch.Tensor, torch.Tensor]":
+    """Request ``b``'s query [S_b, N, D] and K, V [L_b, KV_N, D] in float64 on ``where``."""
     import torch
 
     query, key, value, _, table, query_rope, key_rope, _ = args
@@ -169,13 +170,15 @@ def _request_tensors(args: tuple[Any, ...], plan: FiaPlan, b: int) -> "tuple[tor
         else:
             heads_first = plan.layout == "BNSD"
             k, v = ((t[b, :, :n].transpose(0, 1) if heads_first else t[b, :n]) for t in (key, value))
-    return q.to("cpu", torch.float64), k.to("cpu", torch.float64), v.to("cpu", torch.float64)
+    return q.to(where, torch.float64), k.to(where, torch.float64), v.to(where, torch.float64)
 
 
 class FusedInferAttentionScoreReplay(OpReplay):
     kernel_types = ("FusedInferAttentionScore",)
     npu_api = "torch_npu.npu_fused_infer_attention_score"
     signature_rule = RUNTIME_RULE
+    # a prefill's float64 attention takes minutes on a host; on CUDA, seconds
+    reference_on_device = True
 
     def check(self, row: KernelRow) -> None:
         fia_plan(row)
@@ -247,7 +250,8 @@ class FusedInferAttentionScoreReplay(OpReplay):
 
         plan: FiaPlan = args[-1].plan
         causal = plan.sparse_mode == 3
-        per_request = (request_attention(*_request_tensors(args, plan, b), plan.scale, causal)
+        where = self.reference_device(args[:3])
+        per_request = (request_attention(*_request_tensors(args, plan, b, where), plan.scale, causal)
                        for b in range(plan.batch))  # fmt: skip
         outs, lses = zip(*per_request)
         if plan.layout == "TND":

@@ -109,6 +109,7 @@ class GroupedMatmulReplay(OpReplay):
     npu_api = "torch_npu.npu_grouped_matmul"
     data_inputs = MappingProxyType({7: EVEN_GROUPS})
     trace_ops = MappingProxyType({"aten::_grouped_mm": _trace_grouped_mm})
+    reference_on_device = True  # a prefill's experts in float64 take minutes on a host
 
     def plan(self, row: KernelRow) -> GmmPlan:
         x, w = required_slot(row, 0, "x"), required_slot(row, 1, "weight")
@@ -210,9 +211,10 @@ class GroupedMatmulReplay(OpReplay):
         rows: "torch.Tensor | None", y: TensorSpec,
     ) -> "torch.Tensor":
         ends = group_ends(group_list, list_type)
+        where = self.reference_device((x,))
         if scale is None or pts is None:
-            return grouped_reference(x, w, ends)
-        return grouped_reference(x, w, ends, scale) * pts.detach().cpu().double().unsqueeze(1)
+            return grouped_reference(x, w, ends, where=where)
+        return grouped_reference(x, w, ends, scale, where) * pts.detach().to(where).double().unsqueeze(1)
 
 
 # ----------------------------------------------------------------------------- GroupedMatmulSwigluQuant

@@ -11,6 +11,10 @@ form too.  (On an H100 a 4096x4096 projection replayed as NN ran another kernel,
 than the model's NT one.)  A row that records strides (a PyTorch trace's view) holds its
 operands as the kernel read them: they are built with those strides and multiplied as they are.
 
+The reference is the same call on float64 copies of the operands: on a CUDA device where the
+inputs live (``OpReplay.reference_on_device``; the runner counts the copies against the free
+memory and falls back to the host when they would not fit), else on the CPU.
+
 Formats are not reproduced (plain torch tensors are ND); a private-format slot that records a
 storage shape (``FRACTAL_NZ`` tiles) fails the shape consistency check with its reason.
 
@@ -215,7 +219,11 @@ def _trace_bmm(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
 # ----------------------------------------------------------------------------- replays
 class _MatmulFamily(OpReplay):
     """What the 2-D and batched matmul replays share: bias check, dtype check, inputs (stored
-    operands, then the bias and what goes with it)."""
+    operands, then the bias and what goes with it), and the float64 reference on the inputs'
+    device where it has float64 GEMMs (CUDA): the same product as on the host, in milliseconds
+    instead of seconds for a prefill-sized row; NPUs and the CPU keep the host reference."""
+
+    reference_on_device = True
 
     @abstractmethod
     def core_layout(self, row: KernelRow, a: Shape, b: Shape, out: Shape) -> MatmulLayout:

@@ -217,8 +217,8 @@ def request_attention(
     for start in range(0, seq, rows):
         scores = torch.einsum("shgd,lhd->hgsl", grouped[start : start + rows], k) * scale
         if causal:  # query i of the last ``seq`` positions sees KV positions up to n - seq + i
-            limit = n - seq + torch.arange(start, start + scores.shape[2])[:, None]
-            scores = scores.masked_fill(torch.arange(n)[None, :] > limit, -math.inf)
+            limit = n - seq + torch.arange(start, start + scores.shape[2], device=scores.device)[:, None]
+            scores = scores.masked_fill(torch.arange(n, device=scores.device)[None, :] > limit, -math.inf)
         lse = torch.logsumexp(scores, -1)
         outs.append(torch.einsum("hgsl,lhd->shgd", torch.exp(scores - lse[..., None]), v).flatten(1, 2))
         lses.append(lse.permute(2, 0, 1).flatten(1))
