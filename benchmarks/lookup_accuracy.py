@@ -4,9 +4,10 @@ For each kernel CSV of a measured database (``--kernel-types``, default every on
 rows), the rows with a duration are split at random (``--seed``): ``--holdout`` of them (20 %) are
 held out, the rest are written to a scratch database (with the database's ``device_peaks.yaml``
 and ``op_mapping.yaml``), and every held-out row is asked of it by its inputs.  Per kernel type
-the table gives how many held-out rows the lookup answered by interpolation and by its roofline
-fallback, and the median and P90 absolute percentage error (APE) of the interpolated answers
-against the row's own measured duration; ``--roofline`` adds the error of the roofline alone (the
+the table gives how many held-out rows the lookup answered by interpolation (and how many fell
+outside the measured hull, answered by a fallback, with their median error), and the median and
+P90 absolute percentage error (APE) of the interpolated answers against the row's own measured
+duration; ``--roofline`` adds the error of the roofline alone (the
 device's peaks, no rows) over the same rows, ``--policy`` the answer ``op_mapping.yaml``'s
 ``interpolation_policy`` gives (as the Ascend performance model reads the same files; ``--op-mapping
 FILE`` when the database has none).  ``--leave-one-out`` asks every row of a database without that
@@ -119,8 +120,8 @@ def evaluate(path: Path, holdout: float, leave_one_out: bool, seed: int, mapping
 def summary(name: str, results: list[dict[str, Any]], method: str) -> str:
     if method == "lookup":
         errors = [float(r["lookup_ape"]) for r in results if r["provenance"] == "interpolated"]
-        fallback = sum(1 for r in results if r["provenance"] == "roofline")
-        label = f"interpolated (+{fallback} roofline)"
+        others = [float(r["lookup_ape"]) for r in results if r["provenance"] in ("fallback", "roofline")]
+        label = f"interpolated (+{len(others)} outside: {statistics.median(others):.0f}%)" if others else "interpolated"
     else:
         errors = [float(r[f"{method}_ape"]) for r in results if r.get(f"{method}_ape", "") != ""]
         label = method

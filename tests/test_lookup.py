@@ -63,17 +63,21 @@ def test_between_two_rows_the_efficiency_is_interpolated(database: Path) -> None
     high_line, high = profiled(database, V3, "4096,1024;6144,1024")
     answer = lookup(database, gemm("4096,1024;5120,1024"))
     assert answer.provenance == "interpolated" and set(answer.rows) == {low_line, high_line}
-    assert answer.column == "GEMM efficiency against operations, linear in N between 4096 and 6144 (log axes)"
+    assert answer.column == "GEMM efficiency against work, linear in N between 4096 and 6144 (log axes, log efficiency)"
     assert answer.duration_us is not None and low < answer.duration_us < high
     # the efficiency at N=5120 lies between the two measured ones
     efficiencies = [2 * 4096 * n * 1024 / t for n, t in ((4096, low), (6144, high))]
     assert min(efficiencies) <= 2 * 4096 * 5120 * 1024 / answer.duration_us <= max(efficiencies)
 
 
-def test_outside_the_measured_hull_there_is_no_answer_and_the_reason_says_where(database: Path) -> None:
+def test_outside_the_measured_hull_the_nearest_rows_efficiency_is_held_and_the_reason_says_so(database: Path) -> None:
     answer = lookup(database, gemm("4096,1024;16384,1024"))
-    assert answer.duration_us is None and answer.provenance == "none"
+    assert answer.provenance == "fallback" and len(answer.rows) == 1
     assert answer.reason.startswith("outside the measured hull: M in [") and "; N in [" in answer.reason
+    assert "of the nearest measured row (M 4096, N 6144, K 1024), held" in answer.column
+    line, measured = profiled(database, V3, "4096,1024;6144,1024")
+    assert answer.rows == (line,)
+    assert answer.duration_us == pytest.approx(measured * 16384 / 6144)  # the same operations per microsecond
 
 
 def test_other_dtypes_or_kernel_types_say_why(database: Path) -> None:
@@ -81,7 +85,7 @@ def test_other_dtypes_or_kernel_types_say_why(database: Path) -> None:
     gather = make_query({"Kernel Type": "GatherV2", "Input Shapes": '"3,3;3"', "Input Data Types": "FLOAT;INT64"})
     assert lookup(database, gather).reason == "no row of GatherV2.csv has these inputs, and GatherV2 has no interpolation"
     norm = make_query({"Kernel Type": "RmsNorm", "Input Shapes": '"3,3;3"', "Input Data Types": "DOUBLE;DOUBLE"})
-    assert lookup(database, norm).reason == "fewer than two measured rows with these input ranks and dtypes"
+    assert lookup(database, norm).reason == "fewer than two measured rows with these input ranks, dtypes and shapes' relations"
 
 
 def test_the_command_answers_one_query_and_a_csv_of_them(database: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -96,7 +100,7 @@ def test_the_command_answers_one_query_and_a_csv_of_them(database: Path, tmp_pat
     assert perfdb(["lookup", "--database-path", str(database), "--queries", str(queries), "--out", str(out)]) == 0
     with out.open(newline="") as handle:
         answers = list(csv.DictReader(handle))
-    assert [a["Provenance"] for a in answers] == ["exact", "none"]
+    assert [a["Provenance"] for a in answers] == ["exact", "fallback"]
     assert answers[1]["Reason"].startswith("outside the measured hull")
 
 
@@ -109,17 +113,25 @@ def test_a_bad_query_is_one_error_naming_file_row_and_column(database: Path, tmp
     assert str(queries) in error and "row 2" in error and "Input Shapes" in error
 
 
-def test_a_streaming_kernel_is_interpolated_in_input_bytes(database: Path) -> None:
+def test_a_streaming_kernel_is_interpolated_by_its_efficiency(database: Path) -> None:
     """The real Level2 Mul rows of a tensor times a 0-d scalar: 4194304 and 6291456 floats."""
+    import math
+
     low_line, low = profiled(database, "Mul", "4194304;")
     high_line, high = profiled(database, "Mul", "6291456;")
     query = make_query({"Kernel Type": "Mul", "Input Shapes": '"5242880;"', "Input Data Types": "FLOAT;FLOAT"})
     answer = lookup(database, query)
     assert answer.provenance == "interpolated" and set(answer.rows) == {low_line, high_line}
-    assert answer.duration_us == pytest.approx(low + 0.5 * (high - low))  # halfway in bytes
-    assert answer.column == "linear in input bytes between 16777216 and 25165824"
+    # no peaks file: bytes moved (read, and written as much) per microsecond, its log linear in log width
+    moved = [8 * n for n in (4194304, 5242880, 6291456)]
+    share = math.log(5242880 / 4194304) / math.log(6291456 / 4194304)
+    log_efficiency = math.log(moved[0] / low) + share * (math.log(moved[2] / high) - math.log(moved[0] / low))
+    assert answer.duration_us == pytest.approx(moved[1] / math.exp(log_efficiency))
+    assert answer.column == "streaming efficiency against work, linear in bytes between 33554432 and 50331648 " \
+                            "(log axes, log efficiency)"
     huge = make_query({"Kernel Type": "Mul", "Input Shapes": '"999999999;"', "Input Data Types": "FLOAT;FLOAT"})
-    assert lookup(database, huge).reason.startswith("outside the measured hull: input bytes in [")
+    far = lookup(database, huge)
+    assert far.provenance == "fallback" and far.reason.startswith("outside the measured hull: bytes in [")
 
 
 def test_the_command_gives_the_policy_answer_beside_its_own(database: Path, tmp_path: Path,

@@ -5,7 +5,7 @@ where the query gives them) are the query's answers with its duration (``rows.py
 column).  Else the kernel family's interpolation inside the hull of measured rows: GEMMs in
 (M, N, K) by efficiency (``gemm.py``); attention by batch, lengths and heads (``attention.py``);
 grouped MoE GEMMs by rows and expert load (``grouped.py``); kernels that stream their inputs by
-bytes (``by_size.py``).  Else, with the device's peaks beside the database (``perfdb peaks``), the
+rows and width (``by_size.py``).  Else, with the device's peaks beside the database (``perfdb peaks``), the
 roofline, saying why no row answered.  Else no answer, with the reason.
 """
 
@@ -32,10 +32,6 @@ BY_SIZE_TYPES = frozenset({
 Interpolation = Callable[[Query, Sequence[MeasuredRow], "DevicePeaks | None"], Answer]
 
 
-def _by_size(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | None) -> Answer:
-    return by_size.interpolate(query, rows)
-
-
 def family(kernel_type: str) -> tuple[Interpolation, Callable[[Query], Work | None]] | None:
     """The interpolation and the work (for the roofline) of a kernel type; None: neither is known."""
     if kernel_type in GEMM_TYPES:
@@ -45,7 +41,7 @@ def family(kernel_type: str) -> tuple[Interpolation, Callable[[Query], Work | No
     if kernel_type in grouped.KERNEL_TYPES:
         return grouped.interpolate, grouped.query_work
     if kernel_type in BY_SIZE_TYPES:
-        return _by_size, streaming_work
+        return by_size.interpolate, streaming_work
     return None
 
 
@@ -73,14 +69,8 @@ def matches(row: MeasuredRow, query: Query) -> bool:
 
 
 def streaming_work(query: Query) -> Work | None:
-    """A kernel that reads its inputs once and writes outputs as large (an element-wise kernel's)."""
-    read = tensor_bytes(query.input_shapes, query.input_dtypes)
-    if read is None:
-        return None
-    written = tensor_bytes(query.output_shapes, query.output_dtypes or query.input_dtypes) if query.output_shapes \
-        else max((b for b in (tensor_bytes((s,), (d,)) for s, d in zip(query.input_shapes, query.input_dtypes)
-                              if s is not None) if b is not None), default=0)
-    return Work(0.0, read + (written or 0))
+    """A kernel that reads its inputs once and writes an output as large as the largest."""
+    return by_size.streaming_work(query.input_shapes, query.input_dtypes)
 
 
 def lookup(database: str | Path, query: Query) -> Answer:

@@ -11,12 +11,11 @@ length`` (``hull.py``), and the query's time is its roofline time over that effi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import astuple
 
-from perf_plugin.lookup import hull
-from perf_plugin.lookup.answer import INTERPOLATED, NONE, Answer, Query
+from perf_plugin.lookup import efficiency, hull
+from perf_plugin.lookup.answer import NONE, Answer, Query
 from perf_plugin.lookup.peaks import DevicePeaks
 from perf_plugin.lookup.roofline import Work, element_size, scale
 from perf_plugin.lookup.rows import MeasuredRow
@@ -85,15 +84,16 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
         ideal = scale(_work(plan, row.input_dtypes[0]), used)
         assert row.duration_us is not None
         if ideal is not None:
-            points.append(hull.Point(_position(plan), ideal / row.duration_us, (row.line,)))
-    if len(points) < 2:
-        return Answer(query, NONE, reason="fewer than two measured rows of these layouts, heads, dims and mask")
-    found = hull.estimate(hull.merge(points), _position(wanted), AXES, (math.log,) * 3)
-    if isinstance(found, str):
-        return Answer(query, NONE, reason=found)
+            points.append(efficiency.point(_position(plan), ideal, row.duration_us, row.line))
     ideal = scale(query_work, used)
     assert ideal is not None
-    against = "the roofline" if used else "operations"
-    return Answer(query, INTERPOLATED, ideal / found.value, found.lines,
-                  f"attention efficiency against {against}, {found.method} (log axes)",
-                  details={"efficiency": found.value})
+    target: tuple[float, ...] = _position(wanted)
+    axes: tuple[str, ...] = AXES
+    if all(p.raw[1] == p.raw[2] for p in points) and target[1] == target[2]:
+        # self-attention (a prefill): query and KV lengths are one axis, and a hull over both
+        # would be flat
+        points = [hull.Point(p.raw[:2], p.value, p.lines) for p in points]
+        target, axes = target[:2], ("batch", "sequence length")
+    return efficiency.answer(query, points, target, axes, ideal, "attention", used,
+                             "fewer than two measured rows of these layouts, heads, dims and mask",
+                             narrowest=True)  # no axis shares more with the query than another

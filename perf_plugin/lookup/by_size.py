@@ -1,10 +1,14 @@
-"""Interpolation of rows by the bytes their inputs hold: element-wise kernels, norms, copies.
+"""Interpolation of kernels that stream their inputs: element-wise kernels, norms, casts, copies.
 
-A kernel that streams its inputs once (``Add``, ``RmsNorm``, ``Cast``, ``TransData``) takes a time
-that grows with the bytes it reads.  Among rows of the kernel type with the query's dtypes and
-input ranks, the two whose input bytes bracket the query's give the time, linear in bytes between
-them (the Ascend performance model's ``generic_compute`` policy reads output elements for
-ConcatD, GatherV2 and Index in the same way).  Outside the rows' range there is no answer.
+A kernel that reads its inputs once and writes an output as large (``Add``, ``RmsNorm``, ``Cast``,
+``TransData``) is bound by the bytes it moves, or, when small, by its launch and the parallelism
+its rows give.  An element-wise kernel's one axis is the bytes it moves (an ``[8,4096]`` and a
+``[4,8192]`` addition take the same time); a kernel that reduces along the last dimension (a
+norm, a softmax) has two, its rows and its width, as its parallelism and its work per row
+differ.  Rows of the same input ranks and dtypes whose other inputs relate to the first alike (a
+norm's weight as wide as the rows, an addend of the same shape) form one family; inside it the
+efficiency against the memory roofline (the device's copy rate; without peaks, bytes per
+microsecond) is interpolated in the log of the axes (``efficiency.py``).  Outside the family's hull there is no answer here.
 """
 
 from __future__ import annotations
@@ -13,50 +17,73 @@ import math
 from collections.abc import Sequence
 
 from perf_plugin.database.shapes import Shape
-from perf_plugin.lookup.answer import INTERPOLATED, NONE, Answer, Query
+from perf_plugin.lookup import efficiency
+from perf_plugin.lookup.answer import NONE, Answer, Query
+from perf_plugin.lookup.peaks import DevicePeaks
+from perf_plugin.lookup.roofline import Work, scale, tensor_bytes
 from perf_plugin.lookup.rows import MeasuredRow
-from perf_plugin.replay.tensors import DTYPES
 
-METHOD = "linear in input bytes between {lo} and {hi}"
+# Kernels that reduce along the last dimension: their parallelism is in the rows, their work per
+# row in the width, so both are axes; an element-wise kernel's time follows its bytes alone
+# (an [8,4096] and a [4,8192] addition take the same time).
+ROW_REDUCTIONS = frozenset({"RmsNorm", "AddRmsNorm", "LayerNorm", "SoftmaxV2", "LogSoftmaxV2"})
+ELEMENTWISE_AXES = ("bytes",)
+REDUCTION_AXES = ("rows", "width")
 
 
-def input_bytes(shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> int | None:
-    total = 0
-    for shape, dtype in zip(shapes, dtypes):
-        if shape is None:
+def streaming_work(shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> Work | None:
+    """The inputs read once and an output as large as the largest written (the same for a row
+    and a query, which may not give its outputs)."""
+    read = tensor_bytes(shapes, dtypes)
+    if read is None:
+        return None
+    largest = max((tensor_bytes((s,), (d,)) or 0 for s, d in zip(shapes, dtypes) if s is not None), default=0)
+    return Work(0.0, read + largest)
+
+
+def _position(kernel_type: str, shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> tuple[float, ...] | None:
+    first = next((s for s in shapes if s is not None), None)
+    work = streaming_work(shapes, dtypes)
+    if first is None or not first or min(first) <= 0 or work is None:
+        return None
+    if kernel_type in ROW_REDUCTIONS:
+        return float(math.prod(first) // first[-1]), float(first[-1])
+    return (float(work.nbytes),)
+
+
+def _family(shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> tuple[object, ...]:
+    """Each present input's rank and dtype, and the other inputs' dims named by the first's
+    (``W``: its width, ``R``: its rows) where they equal them."""
+    present = [(s, dtypes[i] if i < len(dtypes) else "") for i, s in enumerate(shapes) if s is not None]
+    first_shape = next((s for s in shapes if s is not None), ())
+    width = float(first_shape[-1]) if first_shape else 0.0
+    rows = float(math.prod(first_shape) // first_shape[-1]) if first_shape and first_shape[-1] else 0.0
+
+    def role(dim: int) -> object:
+        return "W" if dim == width else "R" if dim == rows else dim
+
+    first, *others = present
+    return (len(first[0]), first[1], *((tuple(role(d) for d in s), t) for s, t in others))
+
+
+def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | None) -> Answer:
+    target = _position(query.kernel_type, query.input_shapes, query.input_dtypes)
+    work = streaming_work(query.input_shapes, query.input_dtypes)
+    if target is None or work is None:
+        return Answer(query, NONE, reason="no input shape with a dtype of known size to measure the bytes by")
+    family = _family(query.input_shapes, query.input_dtypes)
+    points = []
+    for row in rows:
+        position = _position(query.kernel_type, row.input_shapes, row.input_dtypes)
+        row_work = streaming_work(row.input_shapes, row.input_dtypes)
+        if row.duration_us is None or position is None or row_work is None or \
+                _family(row.input_shapes, row.input_dtypes) != family:
             continue
-        if dtype not in DTYPES:
-            return None
-        total += math.prod(shape) * DTYPES[dtype][1]
-    return total
-
-
-def _kind(shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> tuple[tuple[int, str], ...]:
-    """What must agree between rows: each present input's rank and dtype."""
-    return tuple((len(s), d) for s, d in zip(shapes, dtypes) if s is not None)
-
-
-def interpolate(query: Query, rows: Sequence[MeasuredRow]) -> Answer:
-    target = input_bytes(query.input_shapes, query.input_dtypes)
-    if target is None:
-        return Answer(query, NONE, reason="an input dtype without a known size")
-    kind = _kind(query.input_shapes, query.input_dtypes)
-    line = sorted(
-        ((size, row) for row in rows
-         if row.duration_us is not None and _kind(row.input_shapes, row.input_dtypes) == kind
-         and (size := input_bytes(row.input_shapes, row.input_dtypes)) is not None),
-        key=lambda pair: pair[0],
-    )
-    if len(line) < 2:
-        return Answer(query, NONE, reason="fewer than two measured rows with these input ranks and dtypes")
-    below = [pair for pair in line if pair[0] <= target]
-    above = [pair for pair in line if pair[0] >= target]
-    if not below or not above:
-        return Answer(query, NONE, reason=f"outside the measured hull: input bytes in [{line[0][0]}, {line[-1][0]}], "
-                                          f"the query's {target}")
-    (b0, r0), (b1, r1) = below[-1], above[0]
-    assert r0.duration_us is not None and r1.duration_us is not None
-    share = 0.0 if b1 == b0 else (target - b0) / (b1 - b0)
-    duration = r0.duration_us + share * (r1.duration_us - r0.duration_us)
-    rows_used = (r0.line,) if r0 is r1 else (r0.line, r1.line)
-    return Answer(query, INTERPOLATED, duration, rows_used, METHOD.format(lo=b0, hi=b1))
+        ideal = scale(row_work, peaks)
+        assert ideal is not None  # bytes only: every peaks file has a copy rate
+        points.append(efficiency.point(position, ideal, row.duration_us, row.line))
+    ideal = scale(work, peaks)
+    assert ideal is not None
+    axes = REDUCTION_AXES if query.kernel_type in ROW_REDUCTIONS else ELEMENTWISE_AXES
+    return efficiency.answer(query, points, target, axes, ideal, "streaming", peaks,
+                             "fewer than two measured rows with these input ranks, dtypes and shapes' relations")

@@ -12,13 +12,12 @@ outside the rows' hull gets no answer here; the lookup says so and gives the roo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from perf_plugin.database.shapes import Shape
-from perf_plugin.lookup import hull
-from perf_plugin.lookup.answer import INTERPOLATED, NONE, Answer, Query
+from perf_plugin.lookup import efficiency
+from perf_plugin.lookup.answer import NONE, Answer, Query
 from perf_plugin.lookup.peaks import DevicePeaks
 from perf_plugin.lookup.roofline import Work, element_size, scale
 from perf_plugin.lookup.rows import MeasuredRow
@@ -114,18 +113,11 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
         work = gemm_work(gemm, _present_dtypes(row.input_shapes, row.input_dtypes), _output_dtype(row))
         ideal = scale(work, used)
         if ideal is not None:
-            points.append(hull.Point(tuple(map(float, gemm.dims)), ideal / row.duration_us, (row.line,)))
-    if len(points) < 2:
-        return Answer(query, NONE, reason="fewer than two measured rows of these dtypes, layout and formats")
-    found = hull.estimate(hull.merge(points), tuple(map(float, wanted.dims)), DIMS, (math.log,) * 3)
-    if isinstance(found, str):
-        return Answer(query, NONE, reason=found)
+            points.append(efficiency.point(tuple(map(float, gemm.dims)), ideal, row.duration_us, row.line))
     ideal = scale(query_work, used)
     assert ideal is not None
-    against = f"the roofline of {used.path.name if used.path else 'the device peaks'}" if used else "operations"
-    return Answer(query, INTERPOLATED, ideal / found.value, found.lines,
-                  f"GEMM efficiency against {against}, {found.method} (log axes)",
-                  details={"efficiency": found.value, "roofline_us" if used else "flops": ideal})
+    return efficiency.answer(query, points, tuple(map(float, wanted.dims)), DIMS, ideal, "GEMM", used,
+                             "fewer than two measured rows of these dtypes, layout and formats")
 
 
 def _present_dtypes(shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> tuple[str, ...]:

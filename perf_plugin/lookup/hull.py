@@ -3,7 +3,8 @@
 Every kernel family reduces a row to a few continuous axes (a GEMM's M, N, K; an attention's
 batch and lengths; a grouped GEMM's rows and expert load) and a value to interpolate (its
 efficiency).  A query is answered from the rows that differ from it on as few axes as possible:
-first along one axis (the two rows around it, the narrowest such pair), then over two, then over
+first along one axis (the two rows around it, on the first axis the family lists that has
+them, or the axis whose two rows lie closest), then over two, then over
 all, by barycentric weights in the Delaunay simplex that holds it (scipy's Qhull).  Each axis may
 be transformed first (a logarithm: shapes grow geometrically).  A query outside every such hull
 gets no estimate, and the reason gives the measured range of every axis: nothing is extrapolated.
@@ -44,8 +45,10 @@ def merge(points: Sequence[Point]) -> list[Point]:
 
 
 def estimate(points: Sequence[Point], target: tuple[float, ...], names: Sequence[str],
-             transforms: Sequence[Transform], max_dim: int | None = None) -> Estimate | str:
-    """The value at ``target`` from ``points`` (one per position: ``merge``), or why there is none."""
+             transforms: Sequence[Transform], max_dim: int | None = None, narrowest: bool = False) -> Estimate | str:
+    """The value at ``target`` from ``points`` (one per position: ``merge``), or why there is none.
+    Along one axis: the first of ``names`` with rows on both sides, or (``narrowest``) the axis
+    whose two rows lie closest (transformed)."""
     dims = len(names)
     for point in points:
         if point.raw == target:  # rows at the query's position that another cell told apart
@@ -67,7 +70,9 @@ def estimate(points: Sequence[Point], target: tuple[float, ...], names: Sequence
             if result is not None:
                 found.append(result)
         if found:
-            return min(found, key=lambda pair: pair[0])[1]
+            # along one axis, the first the family lists (the rows that share the most with the
+            # query: a GEMM's M, its weight's other rows); over more, the tightest simplex
+            return found[0][1] if order == 1 and not narrowest else min(found, key=lambda pair: pair[0])[1]
     return "outside the measured hull: " + measured_ranges(points, names)
 
 

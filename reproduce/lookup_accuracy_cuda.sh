@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The databases behind the lookup accuracy figures on CUDA (docs/perfdb.md, "How well lookup answers").
+#
+#   bash reproduce/lookup_accuracy_cuda.sh gemm   OUT_DIR   # peaks; bf16 and fp8 GEMMs of three dense models
+#   bash reproduce/lookup_accuracy_cuda.sh others OUT_DIR   # FIA decode/prefill, MoE grouped GEMMs over expert
+#                                                           # load, RmsNorm/Add/SwiGlu (reproduce/lookup_grid.yaml)
+# then, anywhere:
+#   python benchmarks/lookup_accuracy.py --database-path OUT_DIR/db --roofline --policy --plots OUT_DIR/plots
+#
+# Prerequisites: a CUDA GPU, this project installed (pip install -e .). Each part takes minutes; an
+# interrupted run keeps what it measured (write-back on SIGINT), and a rerun measures only the rest.
+set -euo pipefail
+part=${1:?gemm or others}
+out=${2:?output directory}
+db="$out/db"
+mkdir -p "$db"
+run_bench() {
+    # SIGINT at the deadline: the session writes back what it measured and stops
+    timeout -s INT "${BENCH_SECONDS:-480}" pytest bench -q -p no:cacheprovider --perf-backend cuda \
+        --perf-database-path "$db" --perf-update-mode missing-only --perf-progress-interval 60 "$@" || true
+}
+case "$part" in
+gemm)
+    [ -f "$db/device_peaks.yaml" ] || perfdb peaks --database-path "$db"
+    perfdb grid --database-path "$db" --kernel-types MatMulV2,aten._scaled_mm \
+        --target-models llama-3.1-8b,qwen3-32b,llama-3.1-70b --rows 100000 --max-hbm-gb 40
+    run_bench -k "MatMulV2 or _scaled_mm"
+    ;;
+others)
+    [ -f "$db/device_peaks.yaml" ] || perfdb peaks --database-path "$db"
+    here=$(cd "$(dirname "$0")" && pwd)
+    grid() { perfdb grid --config "$here/lookup_grid.yaml" --database-path "$db" --rows 100000 --max-hbm-gb 40 \
+        --kernel-types "$1" --target-models "$2"; }
+    grid FusedInferAttentionScore llama-3.1-8b
+    grid GroupedMatmul qwen3-235b-a22b
+    grid RmsNorm,Add,SwiGlu llama-3.1-8b,qwen3-32b,llama-3.1-70b
+    run_bench -k "FusedInferAttentionScore or GroupedMatmul or RmsNorm or Add or SwiGlu"
+    ;;
+*)
+    echo "part: gemm or others" >&2
+    exit 2
+    ;;
+esac
