@@ -92,6 +92,8 @@ RUN = {
     "perfdb lookup --database-path DIR --collective all_reduce --message-bytes 2097152 --devices 8":
         "test_perfdb_lookup_collective",
     "perfdb peaks --database-path DIR": "test_perfdb_peaks",
+    # docs/lookup.md
+    "python benchmarks/lookup_accuracy.py --database-path DIR --roofline --policy": "test_lookup_accuracy_benchmark",
     # docs/input-values.md
     "perfdb ingest --profiling-path trace.json --database-path DIR": "test_perfdb_ingest_input_values",
     "perfdb ingest --profiling-path elsewhere.json --input-values trace.values.json --database-path DIR":
@@ -599,6 +601,24 @@ def test_perfdb_lookup_collective(sh: Shell, tmp_path: Path) -> None:
                                 "--devices 8").replace("DIR", str(db)))
     assert done.ret == 0, done.out
     assert "all_reduce of 2097152 B over 8 devices: 60.000 us (interpolated" in done.out
+
+
+def test_lookup_accuracy_benchmark(tmp_path: Path) -> None:
+    """On the real Level2 profile's rows, with the real 0.18 op_mapping.yaml beside them."""
+    db = tmp_path / "db"
+    from perf_plugin.cli import main as perfdb
+
+    assert perfdb(["ingest", "--profiling-path", str(FIXTURES / "ascend" / "kernel_details_level2_llm_train.csv"),
+                   "--database-path", str(db)]) == 0
+    shutil.copy(FIXTURES / "ascend" / "op_mapping_vllm0.18.0_torch2.9.0_cann8.5.yaml", db / "op_mapping.yaml")
+    command = documented("python benchmarks/lookup_accuracy.py --database-path DIR --roofline --policy")
+    args = shlex.split(command.replace("DIR", str(db)))[1:] + ["--kernel-types", "MatMulV3,Mul"]  # two, to stay quick
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:3] == ["kernel", "type", "method"]
+    assert any(line.startswith("MatMulV3") and " policy " in line for line in lines)
+    assert any(line.startswith("Mul ") and "interpolated" in line for line in lines)
 
 
 def test_perfdb_peaks(sh: Shell, tmp_path: Path) -> None:
