@@ -154,3 +154,15 @@ def test_the_command_gives_the_policy_answer_beside_its_own(database: Path, tmp_
     assert answer["Provenance"] == answer["Policy Provenance"] == "interpolated"
     # the policy interpolates the latency itself, this project the efficiency: both between the rows
     assert float(answer["Policy Duration(us)"]) != float(answer["Duration(us)"])
+
+
+def test_the_command_finds_a_derived_database_as_a_run_derives_it(database: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    derived = tmp_path / "root" / "NVIDIA_H100_80GB_HBM3" / "torch" / "torch2.11.0_cuda13.0"
+    shutil.copytree(database, derived)
+    assert perfdb(["lookup", "--database-root", str(tmp_path / "root"), "--device", "NVIDIA_H100_80GB_HBM3",
+                   "--torch-version", "2.11.0", "--cuda-version", "13.0", "--kernel-type", V3,
+                   "--input-shapes", "4096,1024;6144,1024", "--input-dtypes", "DT_BF16;DT_BF16"]) == 0
+    assert "(exact: row" in capsys.readouterr().out

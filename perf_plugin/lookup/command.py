@@ -22,6 +22,7 @@ from pathlib import Path
 
 from perf_plugin.database.atomic import atomic_write_text
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.location_args import add_location_arguments, resolve_location
 from perf_plugin.database.shapes import parse_shape_cell, split_slots
 from perf_plugin.database.signature import normalise_dtype, normalise_format
 from perf_plugin.lookup.answer import Answer, Query
@@ -38,7 +39,7 @@ POLICY_COLUMNS = ("Policy Duration(us)", "Policy Provenance", "Policy Method", "
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("lookup", help="the duration of a kernel at given shapes, exact or interpolated",
                                    description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-path", type=Path, required=True, help="the database directory to answer from")
+    add_location_arguments(parser)  # the directory as given (--database-path), or derived as a run derives it
     parser.add_argument("--kernel-type", help="the kernel type (its CSV's name)")
     parser.add_argument("--input-shapes", help='as a row writes them, e.g. "4096,1024;1024,2048"')
     parser.add_argument("--input-dtypes", help='e.g. "DT_BF16;DT_BF16"')
@@ -151,6 +152,7 @@ def _collective(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.database_path = resolve_location(args).directory
     if args.collective:
         return _collective(args)
     if args.queries is not None:
