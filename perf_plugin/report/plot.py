@@ -38,7 +38,7 @@ def plot_gap(path: str | Path, gaps: Iterable[GapRow]) -> Path | None:
         if group:
             # Markers on a line without segments: drawn as one path, far faster than ``scatter``
             # for the tens of thousands of rows of a large run.
-            axes.plot([g.profiling_us for g in group], [g.microbench_us for g in group], linestyle="none",
+            axes.plot([g.profiling_us or 0.0 for g in group], [g.microbench_us or 0.0 for g in group], linestyle="none",
                       marker="o", markersize=3.5, color=colour, label=f"{label} ({len(group)})")
     values = [v for g in points for v in (g.profiling_us, g.microbench_us) if v]
     low, high = min(values) / 1.5, max(values) * 1.5
