@@ -11,10 +11,20 @@ Wrap the profiled step in ``capture_input_values`` (inside or outside ``torch.pr
 Every call of a watched function (``WATCHED``) is then wrapped in a profiler range named
 ``perf_values/<token>/<n>`` (``perf_plugin.trace.values_file``), and the values of its small
 integer tensor arguments are copied to the host: on an accelerator asynchronously, on a side
-stream that waits for the producing work and into pinned memory, so the step gains no
+stream of the device's own stream API (``perf_plugin.backends.streams``: ``torch.npu`` on an
+NPU) that waits for the producing work, into pinned memory, so the step gains no
 synchronisation and its stream no extra work; on the CPU they are read directly.  When the
 block ends the capture waits for its copies and writes the values file, which ``perfdb ingest``
-reads beside the trace.
+reads beside the trace (or beside an Ascend profile directory).
+
+The torch_npu MoE operators are watched as operators: ``torch_npu.npu_grouped_matmul`` is
+``torch.ops.npu.npu_grouped_matmul`` itself (torch_npu's ``__init__`` binds every
+``torch.ops.npu`` operator into its namespace), and a call of an operator packet or overload
+reaches the active ``TorchFunctionMode`` as that packet or overload (torch's operator call path
+checks for modes), so the capture watches the packet and each overload.  A ``group_list`` given
+as counts (``group_list_type=1``) is recorded as cumulative ends, the rows' form.  None of the
+NPU path has run on an NPU: it is tested on the CPU with the real schemas registered in a
+stand-in library.
 
 What it costs the profiled step: one Python ``__torch_function__`` dispatch per torch call made
 from Python (a ``TorchFunctionMode``), a profiler range and a copy per watched call.  Device
@@ -30,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perf_plugin.backends.streams import copy_to_host
 from perf_plugin.trace.values_file import CapturedCall, CapturedValues, mark_name, write_values_file
 
 if TYPE_CHECKING:
@@ -43,10 +54,17 @@ MAX_VALUES = 4096
 @dataclass(frozen=True)
 class Watched:
     """A function whose time depends on some arguments' values: per traced operator argument
-    position, the keyword and the Python position (None: keyword-only) it is passed by."""
+    position, the keyword and the Python position (None: keyword-only) it is passed by.
 
-    function: str  # dotted name, resolved when the capture starts
+    ``list_type``: (keyword, Python position, default) of the argument that says how a group
+    list is laid out, torch_npu's ``group_list_type`` (0: the cumulative end row of each group,
+    1: the rows of each group).  The values are recorded as cumulative ends either way, which is
+    what a row's ``Input Values`` hold; a layout other than 0 or 1 records no values.
+    """
+
+    function: str  # dotted name, resolved when the capture starts; ``torch.ops.<ns>.<op>``: every overload
     arguments: dict[int, tuple[str, int | None]]
+    list_type: tuple[str, int | None, int] | None = None
 
 
 WATCHED: tuple[Watched, ...] = (
@@ -55,17 +73,38 @@ WATCHED: tuple[Watched, ...] = (
     Watched("torch.nn.functional.grouped_mm", {2: ("offs", None)}),
     # aten::_scaled_grouped_mm(self, mat2, scale_a, scale_b, offs, ...)
     Watched("torch._scaled_grouped_mm", {4: ("offs", 4)}),
+    # torch_npu (tests/fixtures/torch_npu/schemas.txt); ``torch_npu.<op>`` is ``torch.ops.npu.<op>``.
+    # npu_grouped_matmul(Tensor[] x, Tensor[] weight, *, bias, scale, offset, antiquant_scale,
+    # antiquant_offset, per_token_scale, Tensor? group_list (.List: int[]?), ..., int? group_list_type=0, ...)
+    Watched("torch.ops.npu.npu_grouped_matmul", {8: ("group_list", None)}, ("group_list_type", None, 0)),
+    # npu_grouped_matmul_swiglu_quant(Tensor x, Tensor weight, Tensor group_list, ...): cumulative ends
+    Watched("torch.ops.npu.npu_grouped_matmul_swiglu_quant", {2: ("group_list", 2)}),
 )
+OPERATORS = "torch.ops."
 
 
-def _resolve(dotted: str) -> Any:
+def _resolve(dotted: str) -> list[Any]:
+    """What a call of ``dotted`` reaches a ``TorchFunctionMode`` as: the function; for an
+    operator (``torch.ops.npu.npu_grouped_matmul``, which torch_npu also binds as
+    ``torch_npu.npu_grouped_matmul``) its packet and every overload (``.default``, ``.List``),
+    since a call through the packet arrives as the packet and one through an overload as that
+    overload.  Empty when this torch (or the absent torch_npu) has no such function."""
     import importlib
 
+    if dotted.startswith(OPERATORS):
+        import torch
+
+        namespace, _, name = dotted[len(OPERATORS):].partition(".")
+        try:
+            packet = getattr(getattr(torch.ops, namespace), name)
+        except (AttributeError, RuntimeError):
+            return []
+        return [packet, *(getattr(packet, overload) for overload in packet.overloads())]
     module_name, _, attribute = dotted.rpartition(".")
     try:
-        return getattr(importlib.import_module(module_name), attribute)
+        return [getattr(importlib.import_module(module_name), attribute)]
     except (ImportError, AttributeError):
-        return None  # not in this torch release
+        return []  # not in this torch release
 
 
 def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], keyword: str, position: int | None) -> Any:
@@ -77,35 +116,34 @@ def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], keyword: str, posit
 def _recordable(value: Any) -> bool:
     import torch
 
+    if isinstance(value, (list, tuple)):  # an ``int[]`` argument (npu_grouped_matmul.List): host values
+        return len(value) <= MAX_VALUES and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     return (isinstance(value, torch.Tensor) and not value.is_floating_point() and not value.is_complex()
             and value.dtype != torch.bool and value.numel() <= MAX_VALUES)
+
+
+def _cumulative(values: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(itertools.accumulate(values))
 
 
 class _PendingCopy:
     """Values on their way to the host: a pinned buffer filled on a side stream."""
 
-    def __init__(self, tensor: "torch.Tensor", streams: dict[Any, Any]) -> None:
-        import torch
-
+    def __init__(self, value: Any, streams: dict[Any, Any], counts: bool) -> None:
         self.values: tuple[int, ...] | None = None
-        if tensor.device.type == "cpu":  # already on the host: read now, before anything changes them
+        self.counts = counts  # per-group counts, recorded as their running sums
+        if isinstance(value, (list, tuple)):
+            self.values = tuple(int(v) for v in value)
+        elif value.device.type == "cpu":  # already on the host: read now, before anything changes them
             # (``tolist`` records no operator that does work; a reshape or clone would add rows)
-            self.values = _flat(tensor.tolist())
-            return
-        module = torch.get_device_module(tensor.device)
-        side = streams.get(tensor.device)
-        if side is None:
-            side = streams[tensor.device] = module.Stream(tensor.device)
-        side.wait_stream(module.current_stream(tensor.device))  # after the work that produced the values
-        with module.stream(side):
-            self.host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-            self.host.copy_(tensor, non_blocking=True)
-        tensor.record_stream(side)  # the allocator keeps the block until the copy has read it
+            self.values = _flat(value.tolist())
+        else:  # on the device's own streams (torch.npu's on an NPU): perf_plugin.backends.streams
+            self.host = copy_to_host(value, streams)
 
     def result(self) -> tuple[int, ...]:
         if self.values is None:
             self.values = _flat(self.host.tolist())
-        return self.values
+        return _cumulative(self.values) if self.counts else self.values
 
 
 def _flat(nested: Any) -> tuple[int, ...]:
@@ -125,6 +163,16 @@ def _flat(nested: Any) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _layout(watched: Watched, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    """0 (cumulative ends), 1 (counts), or None for a layout the rows cannot hold."""
+    if watched.list_type is None:
+        return 0
+    keyword, position, default = watched.list_type
+    given = _argument(args, kwargs, keyword, position)
+    layout = default if given is None else given
+    return layout if isinstance(layout, int) and layout in (0, 1) else None
+
+
 class InputValueCapture:
     """The context manager behind ``capture_input_values``; ``values`` holds what it recorded."""
 
@@ -140,7 +188,8 @@ class InputValueCapture:
         from torch.overrides import TorchFunctionMode
         from torch.profiler import record_function
 
-        functions = {f: w for w in self._watched if (f := _resolve(w.function)) is not None}
+        # keyed by the callables themselves: one dictionary lookup per torch call of the step
+        functions = {f: w for w in self._watched for f in _resolve(w.function)}
         counter = itertools.count()
         capture = self
 
@@ -161,10 +210,11 @@ class InputValueCapture:
 
     def _record(self, key: str, watched: Watched, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         copies = {}
+        layout = _layout(watched, args, kwargs)
         for position, (keyword, python_position) in watched.arguments.items():
             value = _argument(args, kwargs, keyword, python_position)
-            if _recordable(value):
-                copies[position] = _PendingCopy(value, self._streams)
+            if layout is not None and _recordable(value):
+                copies[position] = _PendingCopy(value, self._streams, counts=layout == 1)
         self._pending[key] = (watched.function, copies)
 
     def __exit__(self, *exc: Any) -> None:

@@ -23,12 +23,16 @@ A kernel is found by its start time (``kernel_details``' ``Start Time(us)`` is t
 ``ts``), follows its ``torch_to_npu`` link back to the launching thread, and takes the innermost
 framework operator there, among those ``wanted`` names, whose span holds the link's start.  Times
 are compared as integer nanoseconds parsed from the decimal text (a float would lose the last
-digits of a 16-digit microsecond timestamp).  The whole file is read into memory: traces of a
-few profiled steps are tens of megabytes.
+digits of a 16-digit microsecond timestamp).  Some torch_npu releases write the events' ``ts``
+as JSON floats instead (its trace event writer's ``convert_ns2us_float``), which keep a 16-digit
+microsecond time to within a quarter of a microsecond: a kernel whose start no link ends at
+exactly takes the one link ending within ``FLOAT_TS_SLACK_NS`` of it, and none when two do.
+The whole file is read into memory: traces of a few profiled steps are tens of megabytes.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -46,6 +50,9 @@ OPERATOR_CATEGORY = "cpu_op"
 INPUT_DIMS = "Input Dims"
 INPUT_TYPES = "Input type"
 _NS_PER_US = Decimal(1000)
+# Half a microsecond: above the rounding of a float timestamp below 2**52 us (an eighth to a
+# quarter of a microsecond), below the spacing of kernel launches on one stream.
+FLOAT_TS_SLACK_NS = 500
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,13 @@ def _operators(events: Iterable[Mapping[str, Any]], wanted: Callable[[str], bool
     return spans
 
 
+def _nearest(sources: Mapping[int, tuple[Any, Any, int]], ends: list[int], start: int) -> tuple[Any, Any, int] | None:
+    """The link ending within ``FLOAT_TS_SLACK_NS`` of ``start`` when exactly one does (a float ``ts``)."""
+    low = bisect.bisect_left(ends, start - FLOAT_TS_SLACK_NS)
+    high = bisect.bisect_right(ends, start + FLOAT_TS_SLACK_NS)
+    return sources[ends[low]] if high - low == 1 else None
+
+
 def launching_operators(
     events: list[dict[str, Any]], kernel_starts: Iterable[int], wanted: Callable[[str], bool]
 ) -> dict[int, LaunchingOperator]:
@@ -129,8 +143,11 @@ def launching_operators(
     sources = _launch_sources(events, _hardware_pids(events))
     spans = _operators(events, wanted)
     found: dict[int, LaunchingOperator] = {}
+    ends = sorted(sources)
     for start in kernel_starts:
         source = sources.get(start)
+        if source is None:
+            source = _nearest(sources, ends, start)
         if source is None:
             continue
         pid, tid, launch_ns = source

@@ -61,7 +61,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument(
         "--input-values",
         type=Path,
-        help="the values file an input-value capture wrote for the trace (default: <trace>.values.json beside it)",
+        help="the values file an input-value capture wrote for the trace or Ascend profile (default: "
+        "<trace>.values.json beside a trace; *.values.json in or beside an Ascend profile directory)",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="read and aggregate, print the report, write nothing"

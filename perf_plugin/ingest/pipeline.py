@@ -16,6 +16,7 @@ from typing import Any
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.ingest import discover as disc
 from perf_plugin.ingest.aggregate import AggregatedRow, aggregate
+from perf_plugin.ingest.ascend_values import AscendValues, read_kernel_tables
 from perf_plugin.ingest.fia_bundle import KERNEL_TYPE as FIA_KERNEL_TYPE
 from perf_plugin.ingest.fia_bundle import FiaBundle, check_bundle, with_bundle_cells
 from perf_plugin.ingest.merge import MergeResult, group_by_type, merge_into_database, validate_types
@@ -35,6 +36,7 @@ class IngestReport:
     traces: list[TraceSummary] = field(default_factory=list)
     fia_bundle: FiaBundle | None = None
     value_sources: ValueSources = field(default_factory=ValueSources)
+    ascend_values: list[AscendValues] = field(default_factory=list)  # what values files gave kernel_details files
 
     @property
     def kernel_types(self) -> list[str]:
@@ -89,6 +91,8 @@ class IngestReport:
                 )
             if trace.values is not None:
                 out.extend(trace.values.lines())
+        for attached in self.ascend_values:
+            out.extend(attached.lines())
         out.extend(self.value_sources.lines())
         if self.fia_bundle is not None:
             out.extend(self.fia_bundle.lines())
@@ -103,10 +107,17 @@ class IngestReport:
         return out
 
 
-def read_inputs(discovery: disc.Discovery, input_values: Path | None = None) -> tuple[ProfileTable, list[TraceSummary]]:
-    """The profile's samples; a trace's input values come from ``input_values`` (one trace
-    only) or from the ``<trace>.values.json`` beside it."""
-    if input_values is not None and (discovery.kind != disc.TORCH_TRACE or len(discovery.files) != 1):
+def read_inputs(
+    discovery: disc.Discovery, input_values: Path | None = None
+) -> tuple[ProfileTable, list[TraceSummary], list[AscendValues]]:
+    """The profile's samples; input values come from ``input_values`` (one PyTorch trace, or any
+    kernel_details files, whose ranges' token picks the calls) or from the values files beside
+    each trace (``<trace>.values.json``) or near each Ascend profile."""
+    if input_values is not None and discovery.kind == disc.OP_SUMMARY:
+        raise DatabaseError("--input-values needs the capture's ranges, which an msprof op_summary profile does not "
+                            "hold: ingest the torch_npu profile directory (kernel_details.csv, trace_view.json)",
+                            path=input_values)
+    if input_values is not None and discovery.kind == disc.TORCH_TRACE and len(discovery.files) != 1:
         raise DatabaseError(f"--input-values belongs to one PyTorch trace; the profile holds {len(discovery.files)} "
                             f"{discovery.kind} file(s) (a trace finds its own <trace>.values.json beside it)",
                             path=input_values)
@@ -116,8 +127,11 @@ def read_inputs(discovery: disc.Discovery, input_values: Path | None = None) -> 
             table, summary = read_trace_file(file, input_values)
             tables.append(table)
             summaries.append(summary)
-        return combine(tables), summaries
-    return combine([read_profile_table(file) for file in discovery.files]), []
+        return combine(tables), summaries, []
+    if discovery.kind == disc.KERNEL_DETAILS:
+        table, attached = read_kernel_tables(discovery, input_values)
+        return table, [], attached
+    return combine([read_profile_table(file) for file in discovery.files]), [], []
 
 
 def ingest_path(
@@ -126,13 +140,13 @@ def ingest_path(
     """Read ``profiling_path`` and merge it into ``database_dir`` (None: read and report only)."""
     refresh_catalog()  # the kernel types installed now name the rows
     discovery = disc.discover(profiling_path)
-    table, traces = read_inputs(discovery, input_values)
+    table, traces, ascend_values = read_inputs(discovery, input_values)
     rows, sources = with_value_sources(aggregate(table.frame, table.counters))
     validate_types(group_by_type(rows), discovery.files[0] if len(discovery.files) == 1 else None)
     # The FIA bundle check reads the kernel_details files again, only when they hold such kernels.
     bundle = check_bundle(discovery) if any(row.kernel_type == FIA_KERNEL_TYPE for row in rows) else None
     report = IngestReport(discovery, table, with_bundle_cells(rows, bundle), traces=traces, fia_bundle=bundle,
-                          value_sources=sources)
+                          value_sources=sources, ascend_values=ascend_values)
     if database_dir is not None:
         report.merge = merge_into_database(database_dir, report.rows)
     return report

@@ -4,7 +4,9 @@ Profiles of a model run reach millions of rows, so the file is read by pandas' C
 only the columns ingest uses (``usecols``): the kernel type, the identity columns as
 categoricals (a profile repeats a few hundred distinct cells millions of times), the duration
 and the counters as floats with ``N/A`` read as missing.  Start times (which end in a tab in real
-files) and the other bookkeeping columns are never parsed.
+files) and the other bookkeeping columns are never parsed, except the start times of the few
+kernels an input-value capture recorded values for (``Input Values``, a detail cell that tells
+their rows apart: ``perf_plugin.ingest.ascend_values``).
 
 Shape cells keep the quotes the profiler put inside the value (``"4096,1024"``), so rows
 written from them look like the profiler's own.  Communication rows are counted and dropped.
@@ -13,7 +15,7 @@ written from them look like the profiler's own.  Communication rows are counted 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,14 +23,17 @@ import numpy as np
 import pandas as pd
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.schema import IDENTITY_COLUMNS
+from perf_plugin.database.schema import DETAIL_COLUMNS, IDENTITY_COLUMNS, INPUT_VALUES
 from perf_plugin.ingest import columns as col
+from perf_plugin.ingest.ascend_trace_view import to_ns
 from perf_plugin.ingest.names import COMMUNICATION_CORES, COMMUNICATION_PREFIX, normalise_kernel_type
 
 KIND_KERNEL_DETAILS = "kernel_details"
 KIND_OP_SUMMARY = "op_summary"
 
 _MISSING_TOKENS = ("N/A", "", "NA", "NaN", "nan")
+START_TIME = "Start Time(us)"
+KernelKey = tuple[int, str]  # (start in ns, the kernel's Name), as kernel_details and trace_view.json give them
 _NO_TYPE = frozenset({"", "N/A"})
 
 
@@ -54,7 +59,10 @@ class ProfileTable:
         return len(self.frame)
 
 
-def read_profile_table(path: str | Path) -> ProfileTable:
+def read_profile_table(path: str | Path, values_cells: Mapping[KernelKey, str] | None = None) -> ProfileTable:
+    """The samples of one table; ``values_cells`` gives kernels (by start and name) their
+    ``Input Values`` cell, the values an input-value capture recorded for their call
+    (``perf_plugin.ingest.ascend_values``)."""
     path = Path(path)
     raw_header = col.read_raw_header(path)
     header = [name.strip() for name in raw_header]
@@ -65,14 +73,35 @@ def read_profile_table(path: str | Path) -> ProfileTable:
     wanted = {col.TYPE, *IDENTITY_COLUMNS, col.DURATION, *counters}
     if col.NAME in canonical:
         wanted.add(col.NAME)
+    if values_cells and col.NAME in canonical and START_TIME in canonical:
+        wanted.add(START_TIME)  # read only when a kernel has values: the column is never used otherwise
     usecols = [name for name in raw_header if to_canonical[name] in wanted]
     numeric = [name for name in usecols if to_canonical[name] in {col.DURATION, *counters}]
     dtypes: dict[str, str] = {name: "category" for name in usecols if name not in numeric}
     dtypes.update({name: "float64" for name in numeric})
+    # as text: a categorical column parses numbers as floats, which keep too few digits of a 16-digit time
+    dtypes.update({name: "str" for name in usecols if to_canonical[name] == START_TIME})
     frame = _read_csv(path, usecols, dtypes, numeric)
     frame.columns = [to_canonical[name] for name in frame.columns]
+    if START_TIME in frame.columns:
+        frame[INPUT_VALUES] = _values_column(frame, values_cells or {})
+        del frame[START_TIME]
     kind = KIND_OP_SUMMARY if col.is_op_summary_header(header) else KIND_KERNEL_DETAILS
     return _to_samples(frame, counters, path, kind)
+
+
+def _values_column(frame: pd.DataFrame, values_cells: Mapping[KernelKey, str]) -> pd.Categorical:
+    """Each sample's ``Input Values`` cell ("" for most): only the rows named like a kernel with
+    values have their start time parsed, a few among the millions of a model's profile."""
+    names = {name for _, name in values_cells}
+    candidate = _category_mask(frame[col.NAME], lambda n: n.strip() in names)
+    cells = np.full(len(frame), "", dtype=object)
+    starts, kernel_names = frame[START_TIME].to_numpy(), frame[col.NAME].to_numpy()
+    for index in np.flatnonzero(candidate):
+        start = to_ns(starts[index])
+        if start is not None:
+            cells[index] = values_cells.get((start, str(kernel_names[index]).strip()), "")
+    return pd.Categorical(cells)
 
 
 def _read_csv(path: Path, usecols: list[str], dtypes: dict[str, str], numeric: list[str]) -> pd.DataFrame:
@@ -184,8 +213,11 @@ def combine(tables: list[ProfileTable]) -> ProfileTable:
     if len(tables) == 1:
         return tables[0]
     counters = list(dict.fromkeys(name for table in tables for name in table.counters))
-    string_columns = [col.TYPE, *IDENTITY_COLUMNS]
-    frames = [table.frame.reindex(columns=[*string_columns, col.DURATION, *counters]) for table in tables]
+    # detail cells (a kernel's Input Values, a trace's strides and arguments) tell rows apart: kept
+    details = [name for name in DETAIL_COLUMNS if any(name in table.frame.columns for table in tables)]
+    string_columns = [col.TYPE, *IDENTITY_COLUMNS, *details]
+    frames = [_with_columns(table.frame, details).reindex(columns=[*string_columns, col.DURATION, *counters])
+              for table in tables]
     merged = {
         name: pd.api.types.union_categoricals([frame[name] for frame in frames], ignore_order=True)
         for name in string_columns
@@ -202,3 +234,11 @@ def combine(tables: list[ProfileTable]) -> ProfileTable:
         result.without_type += table.without_type
         result.without_duration += table.without_duration
     return result
+
+
+def _with_columns(frame: pd.DataFrame, details: list[str]) -> pd.DataFrame:
+    """``frame`` with every detail column, empty where it has none (categorical, as the others)."""
+    missing = [name for name in details if name not in frame.columns]
+    if not missing:
+        return frame
+    return frame.assign(**{name: pd.Categorical([""] * len(frame)) for name in missing})

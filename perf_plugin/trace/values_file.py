@@ -8,10 +8,13 @@ holds the values under the same ``<n>``::
     {"format": "perf-plugin input values", "version": 1, "token": "3f9c...",
      "calls": {"0": {"function": "torch._grouped_mm", "values": {"2": [128, 256, ...]}}}}
 
-``values`` maps the argument's position in the traced operator's inputs to its values,
-flattened.  The token tells one capture's ranges from another's (a trace may hold several runs).
-The file sits beside the trace as ``<trace name>.values.json`` (``trace.json`` ->
-``trace.values.json``), where ``perfdb ingest`` finds it (``worker.pt.trace.json`` -> ``worker.values.json``).
+``values`` maps the argument's position in the traced operator's inputs (its schema's order:
+``group_list`` is 8 of ``npu::npu_grouped_matmul``) to its values, flattened.  The token tells one
+capture's ranges from another's (a trace may hold several runs).  The file sits beside the trace
+as ``<trace name>.values.json`` (``trace.json`` -> ``trace.values.json``), where ``perfdb ingest``
+finds it (``worker.pt.trace.json`` -> ``worker.values.json``); for an Ascend profile, whose
+directory torch_npu names after the run, any ``*.values.json`` in or beside the profile directory
+whose token the profile's ranges carry (``perf_plugin.ingest.ascend_values``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,222 @@
+"""Attach an input-value capture's values to the kernel rows of an Ascend profile.
+
+A model profiled with ``torch_npu.profiler`` and ``perf_plugin.capture.capture_input_values``
+leaves two things: the profile directory, whose ``trace_view.json`` holds each capture range
+``perf_values/<token>/<n>`` as a framework operator (torch_npu's profiler records every
+``RecordFunction`` scope, user scopes included, as a ``cpu_op`` event named as the range), and
+the values file the capture wrote (``perf_plugin.trace.values_file``).  A script names the
+values file before torch_npu names the profile directory (``<host>_<pid>_<time>_ascend_pt``), so
+it is looked for as any ``*.values.json`` in the profile's ``ASCEND_PROFILER_OUTPUT``, in the
+profile directory, or in the directory holding it (the one given to
+``tensorboard_trace_handler``); the tokens its ranges carry say which file is this profile's
+(other ranks' files lie there too).  ``--input-values`` names the file instead.
+
+Each kernel of a type whose time depends on values (``OpReplay.data_inputs``: ``GroupedMatmul``'s
+group list) is linked to its range the way the FIA bundle check links kernels to operators
+(``perf_plugin.ingest.ascend_trace_view``): the kernel_details row's start time is the device
+task's ``ts``, its ``torch_to_npu`` flow leads back to the launching operator on the Python
+thread, and the innermost capture range holding that launch is the call.  The values go to the
+row's data slot that holds a 1-D tensor of as many elements (the ``[E]`` group list: slot 7 of
+``GroupedMatmul``, 4 or 5 of ``GroupedMatmulSwigluQuant``), as the row's ``Input Values`` cell.
+Kernels are keyed by start time and name, the pair a kernel_details row and its device task share.
+
+Written against torch_npu's profiler formats (the public Level1 profile's trace_view.json and
+torch_npu's trace event writer); never run on a profile of an NPU that ran the capture.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.shapes import QuoteStyle, SlotShape, format_shape_cell, parse_shape_cell
+from perf_plugin.ingest import discover as disc
+from perf_plugin.ingest.ascend_trace_view import OPERATOR_CATEGORY, launching_operators, read_events, to_ns
+from perf_plugin.ingest.fia_bundle import TORCH_OUTPUT_DIR
+from perf_plugin.ingest.names import normalise_kernel_type
+from perf_plugin.ingest.profile_table import START_TIME, KernelKey, ProfileTable, combine, read_profile_table
+from perf_plugin.replay.registry import get_replay
+from perf_plugin.trace.values_file import SUFFIX, CapturedCall, CapturedValues, parse_mark, read_values_file
+
+
+@dataclass(frozen=True)
+class DataKernel:
+    """A kernel_details row of a kernel type whose time depends on input values."""
+
+    key: KernelKey
+    kernel_type: str
+    slots: list[SlotShape]  # its input shapes
+    data_slots: tuple[int, ...]  # the slots its replay reads values for
+
+
+@dataclass
+class AscendValues:
+    """What the values files gave one kernel_details file, for the ingest report."""
+
+    kernel_details: Path
+    sources: list[Path] = field(default_factory=list)
+    captured: int = 0  # calls in the values files of this profile
+    attached: int = 0  # calls whose values went to a kernel row
+    kernels: int = 0  # kernel launches given values
+    other_capture: int = 0  # ranges of a token no values file has
+    without_entry: int = 0  # ranges of a known capture with no entry in its file
+    without_kernel: int = 0  # ranges that launched no kernel of a type with data inputs
+    without_slot: int = 0  # such kernels whose row has no slot of the values' length
+    without_values: int = 0  # such kernels whose call recorded no values
+    problems: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        where = f" ({', '.join(str(p) for p in self.sources)})" if self.sources else ""
+        out = [f"input values for {self.kernel_details}{where}: {self.attached} of {self.captured} captured "
+               f"call(s) attached, to {self.kernels} kernel launch(es)"]
+        for count, what in ((self.other_capture, "ranges of another capture (no values file has their token), ignored"),
+                            (self.without_entry, "ranges with no entry in the values file"),
+                            (self.without_kernel, "ranges that launched no kernel whose time depends on values"),
+                            (self.without_slot, "kernels whose row has no group-list slot of the values' length"),
+                            (self.without_values, "kernels whose call recorded no values (no group list)")):
+            if count:
+                out.append(f"    {what}: {count}")
+        out.extend(f"    {problem}" for problem in self.problems)
+        if self.attached < self.captured and not self.problems:
+            out.append("    calls missing from the profile: the capture must run inside the profiled region")
+        return out
+
+
+def values_files_near(kernel_details: Path) -> list[Path]:
+    """``*.values.json`` in the profile's output directory, the profile directory and the one holding it."""
+    output = kernel_details.parent
+    profile = output.parent if output.name == TORCH_OUTPUT_DIR else output
+    folders = dict.fromkeys((output, profile, profile.parent))
+    return sorted(p for folder in folders for p in folder.glob("*" + SUFFIX) if p.is_file())
+
+
+def read_data_kernels(path: Path) -> list[DataKernel]:
+    """The rows of kernel types whose replay reads input values (``OpReplay.data_inputs``)."""
+    kernels: list[DataKernel] = []
+    data_slots: dict[str, tuple[int, ...]] = {}
+    try:
+        with path.open("r", encoding="utf-8-sig", newline="") as handle:
+            reader = csv.DictReader(handle)
+            names = {name.strip(): name for name in reader.fieldnames or []}
+            for cells in reader:
+                kernel_type = normalise_kernel_type(cells.get(names.get("Type", "Type")) or "")
+                if kernel_type not in data_slots:
+                    replay = get_replay(kernel_type)
+                    data_slots[kernel_type] = tuple(replay.data_inputs) if replay is not None else ()
+                start = to_ns(cells.get(names.get(START_TIME, START_TIME)))
+                if not data_slots[kernel_type] or start is None:
+                    continue
+                name = (cells.get(names.get("Name", "Name")) or "").strip()
+                shapes = _slots(cells.get(names.get("Input Shapes", "")) or "")
+                kernels.append(DataKernel((start, name), kernel_type, shapes, data_slots[kernel_type]))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DatabaseError(f"cannot read it for input values: {exc}", path=path) from None
+    return kernels
+
+
+def _slots(cell: str) -> list[SlotShape]:
+    try:
+        return parse_shape_cell(cell)
+    except DatabaseError:
+        return []  # a malformed cell has no slot to hold values; ingest reports the row elsewhere
+
+
+def values_cell(kernel: DataKernel, call: CapturedCall) -> str | None:
+    """The row's ``Input Values`` cell: the call's values in the one data slot that holds a 1-D
+    tensor of as many elements; None when no slot (or more than one) fits."""
+    fits = [(slot, values) for slot in kernel.data_slots for values in call.values.values()
+            if slot < len(kernel.slots) and kernel.slots[slot] == (len(values),)]
+    if len(fits) != 1:
+        return None
+    slot, values = fits[0]
+    return format_shape_cell([*([None] * slot), values], QuoteStyle.EMBEDDED)
+
+
+def _marks(events: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """The capture ranges of a trace: name -> (token, key)."""
+    marks = {}
+    for event in events:
+        if event.get("ph") == "X" and event.get("cat") == OPERATOR_CATEGORY:
+            name = str(event.get("name", ""))
+            parsed = parse_mark(name)
+            if parsed is not None:
+                marks[name] = parsed
+    return marks
+
+
+def link_values(report: AscendValues, kernels: list[DataKernel], events: list[dict[str, Any]],
+                captured: Mapping[str, CapturedValues]) -> dict[KernelKey, str]:
+    """Each linked kernel's ``Input Values`` cell; ``report`` counts what was and was not linked."""
+    ranges = launching_operators(events, [k.key[0] for k in kernels], lambda name: parse_mark(name) is not None)
+    cells: dict[KernelKey, str] = {}
+    launched: set[str] = set()
+    attached: set[str] = set()
+    for kernel in kernels:
+        found = ranges.get(kernel.key[0])
+        mark = parse_mark(found.name) if found is not None else None
+        call = captured[mark[0]].calls.get(mark[1]) if mark is not None and mark[0] in captured else None
+        if found is None or call is None:
+            continue
+        launched.add(found.name)
+        cell = values_cell(kernel, call) if call.values else None
+        if cell is None:
+            report.without_slot += bool(call.values)
+            report.without_values += not call.values
+            continue
+        cells[kernel.key] = cell
+        attached.add(found.name)
+        report.kernels += 1
+    for name, (token, key) in _marks(events).items():
+        if token not in captured:
+            report.other_capture += 1
+        elif key not in captured[token].calls:
+            report.without_entry += 1
+        elif name not in launched:
+            report.without_kernel += 1
+    report.attached = len(attached)
+    return cells
+
+
+def kernel_values(kernel_details: Path, trace_view: Path | None, files: list[CapturedValues],
+                  named: bool = False) -> tuple[dict[KernelKey, str], AscendValues | None]:
+    """The ``Input Values`` cells of one kernel_details file's kernels, from the values ``files``
+    whose token its trace's ranges carry, and the report (None: no file of this profile's
+    captures was found near it, and none was ``named`` by the user)."""
+    report = AscendValues(kernel_details)
+    if trace_view is None:
+        report.sources, report.captured = [f.source for f in files if f.source], sum(len(f.calls) for f in files)
+        report.problems.append("trace_view.json not found beside it: the captured calls cannot be linked to kernels")
+        return {}, report
+    events = read_events(trace_view)
+    tokens = {token for token, _ in _marks(events).values()}
+    mine = {f.token: f for f in files if f.token in tokens}
+    if not mine and not named:
+        return {}, None  # the values files near it are other profiles' (other ranks'): its rows take defaults
+    report.sources = [f.source for f in (mine.values() if mine else files) if f.source is not None]
+    report.captured = sum(len(f.calls) for f in (mine.values() if mine else files))
+    if not mine:
+        report.problems.append("no capture range of trace_view.json carries the values file's token: it was "
+                               "written by another run (or the capture ran outside the profiled region)")
+        return {}, report
+    return link_values(report, read_data_kernels(kernel_details), events, mine), report
+
+
+def read_kernel_tables(discovery: disc.Discovery, explicit: Path | None) -> tuple[ProfileTable, list[AscendValues]]:
+    """The samples of every kernel_details file, kernels whose call a capture recorded carrying
+    its values (from ``explicit``, else the values files near each profile)."""
+    named = [read_values_file(explicit)] if explicit is not None else None
+    tables, reports = [], []
+    for path in discovery.files:
+        files = named if named is not None else [read_values_file(p) for p in values_files_near(path)]
+        cells: dict[KernelKey, str] = {}
+        if files:
+            trace_view = discovery.sidecars.get(path, {}).get(disc.ASCEND_TRACE_VIEW)
+            cells, report = kernel_values(path, trace_view, files, named=named is not None)
+            if report is not None:
+                reports.append(report)
+        tables.append(read_profile_table(path, cells))
+    return combine(tables), reports

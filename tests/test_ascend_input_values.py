@@ -1,0 +1,263 @@
+"""``perfdb ingest`` of an Ascend profile taken with the input-value capture: the values reach the
+GroupedMatmul kernel rows through trace_view.json's ``torch_to_npu`` links.
+
+No public profile holds grouped GEMM kernels, let alone a capture's ranges, so the profile is built
+from real files and formats, as ``tests/test_fia_bundle.py`` builds its FIA profile:
+
+* the values file is written by a real capture run: torch_npu's ``npu_grouped_matmul`` called on
+  the CPU through its real schema (``tests/npu_standin.py``) under ``torch.profiler``; its token and
+  call numbers name the ranges below;
+* ``kernel_details.csv``: the header and two rows of the real Level1 fixture, unaltered, then one
+  row per grouped GEMM launch made from that fixture's MatMulV2 row with its name, type, identity,
+  start and duration cells replaced (identity cells in the GroupedMatmul layout of
+  ``perf_plugin/replay/kernels/grouped_matmul.py``; empty slots spelled ``DT_UNDEFINED`` / ``NULL``
+  as the real FIA database rows spell them);
+* ``trace_view.json``: torch_npu's layout (``tests/test_fia_bundle.py``'s process names and two
+  verbatim events of the public Level1 trace), and per launch the capture's range and the
+  ``npu::npu_grouped_matmul`` operator as ``cpu_op`` events on the Python thread (torch_npu's
+  profiler records every ``RecordFunction`` scope, user scopes too, as a ``cpu_op`` named as the
+  scope), the device task, and the ``torch_to_npu`` flow pair from the operator to the task, with
+  ``ts`` as text (torch_npu's ``convert_ns2us_str``) or as floats (its ``convert_ns2us_float``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+import torch.profiler as tp
+
+from perf_plugin.capture import capture_input_values
+from perf_plugin.cli import main
+from perf_plugin.database.schema import INPUT_VALUES, INPUT_VALUES_SOURCE
+from perf_plugin.database.shapes import parse_shape_cell
+from perf_plugin.ingest.ascend_trace_view import to_ns
+from perf_plugin.ingest.ascend_values import AscendValues, DataKernel, link_values, values_cell
+from perf_plugin.ingest.pipeline import ingest_path
+from perf_plugin.trace.values_file import CapturedCall, CapturedValues, mark_name, read_values_file, write_values_file
+from tests.kernels.support import kernel_row, replay_of
+from tests.npu_standin import TORCH_NPU, standin
+from tests.test_fia_bundle import ASCEND, CANN_PID, HW_PID, PY_PID, REAL_CPU_OP, REAL_TASK
+
+pytestmark = pytest.mark.skipif(standin() is None, reason="a real torch_npu defines these operators")
+
+KERNEL_NAME = "aclnnGroupedMatmulV4_GroupedMatmul_GroupedMatmul"  # <API>_<kernel>_<kernel>, as the FIA kernels' names
+OPERATOR = "npu::npu_grouped_matmul"
+EVEN, SKEWED = (4, 4, 4, 4), (9, 1, 0, 6)  # rows per expert of 16 rows
+UP, DOWN = (16, 32, 8), (16, 8, 32)  # (M, K, N) of the two GEMMs
+
+
+def ends_of(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sum(sizes[: i + 1]) for i in range(len(sizes)))
+
+
+@dataclass(frozen=True)
+class Launch:
+    gemm: tuple[int, int, int]
+    mark: str | None  # the capture range around the call (None: called outside the capture)
+    op_ts: str  # the operator's start, microseconds with three decimals
+    start: str  # the kernel's start
+    duration: str
+
+
+def capture_calls(values_path: Path) -> CapturedValues:
+    """A real capture of three grouped GEMM calls (the second gives counts), and one call after it."""
+    generator = torch.Generator().manual_seed(0)
+    weights = {gemm: torch.randn(4, gemm[1], gemm[2], generator=generator) for gemm in (UP, DOWN)}
+    x = {gemm: torch.randn(gemm[0], gemm[1], generator=generator) for gemm in (UP, DOWN)}
+    with tp.profile(activities=[tp.ProfilerActivity.CPU], record_shapes=True):
+        with capture_input_values(values_path):
+            TORCH_NPU.npu_grouped_matmul([x[UP]], [weights[UP]], group_list=torch.tensor(ends_of(SKEWED)), split_item=2)
+            TORCH_NPU.npu_grouped_matmul(x=[x[DOWN]], weight=[weights[DOWN]], group_list=torch.tensor(SKEWED),
+                                         split_item=2, group_list_type=1)
+            TORCH_NPU.npu_grouped_matmul([x[UP]], [weights[UP]], group_list=torch.tensor(ends_of(EVEN)), split_item=2)
+        TORCH_NPU.npu_grouped_matmul([x[UP]], [weights[UP]], group_list=torch.tensor(ends_of(EVEN)), split_item=2)
+    return read_values_file(values_path)
+
+
+def launches(token: str) -> list[Launch]:
+    return [
+        Launch(UP, mark_name(token, 0), "1736408883710011.250", "1736408883716197.363", "58.214"),
+        Launch(DOWN, mark_name(token, 1), "1736408883710350.420", "1736408883716402.881", "27.905"),
+        Launch(UP, mark_name(token, 2), "1736408883710702.930", "1736408883716600.104", "41.196"),
+        Launch(UP, None, "1736408883711040.610", "1736408883716900.517", "40.337"),
+    ]
+
+
+def row_cells(gemm: tuple[int, int, int]) -> dict[str, str]:
+    m, k, n = gemm
+    empty = ["DT_UNDEFINED"] * 5
+    return {"Input Shapes": f'"{m},{k};4,{k},{n};;;;;;4"', "Input Data Types": ";".join(["DT_BF16"] * 2 + empty + ["INT64"]),
+            "Input Formats": ";".join(["FORMAT_ND"] * 2 + ["NULL"] * 5 + ["FORMAT_ND"]),
+            "Output Shapes": f'"{m},{n}"', "Output Data Types": "DT_BF16", "Output Formats": "FORMAT_ND"}
+
+
+def kernel_details_text(calls: list[Launch]) -> str:
+    with (ASCEND / "kernel_details_level1.csv").open(newline="", encoding="utf-8-sig") as handle:
+        records = list(csv.reader(handle))
+    header, template = records[0], next(r for r in records[1:] if r[5] == "MatMulV2")
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerows([header, records[1], records[2]])
+    for launch in calls:
+        cells = dict(zip(header, template))
+        cells.update(row_cells(launch.gemm))
+        cells.update({"Name": KERNEL_NAME, "Type": "GroupedMatmul", "Start Time(us)": launch.start + "\t",
+                      "Duration(us)": launch.duration})
+        writer.writerow([cells[name] for name in header])
+    return out.getvalue()
+
+
+def _ts(text: str, floats: bool) -> str | float:
+    return float(text) if floats else text
+
+
+def launch_events(number: int, launch: Launch, floats: bool) -> list[dict[str, object]]:
+    """The range (when captured), the operator inside it, the device task and the flow between them."""
+    m, k, n = launch.gemm
+    op_ns = to_ns(launch.op_ts)
+    assert op_ns is not None
+    range_ts = f"{(op_ns - 12_345) // 1000}.{(op_ns - 12_345) % 1000:03d}"
+    dims, types = [""] * 2 + [""] * 6 + ["4"], ["TensorList"] * 2 + ["None"] * 6 + ["long int"]
+    events: list[dict[str, object]] = [] if launch.mark is None else [
+        {"ph": "X", "name": launch.mark, "pid": PY_PID, "tid": PY_PID, "ts": _ts(range_ts, floats), "dur": 131.5,
+         "cat": "cpu_op", "args": {"Sequence number": -1, "Fwd thread id": 0}}]
+    return events + [
+        {"ph": "X", "name": OPERATOR, "pid": PY_PID, "tid": PY_PID, "ts": _ts(launch.op_ts, floats), "dur": 96.84,
+         "cat": "cpu_op", "args": {"Sequence number": -1, "Fwd thread id": 0, "Input Dims": ";\r\n".join(dims),
+                                   "Input type": ";\r\n".join(types), "Call stack": f"moe.py({m}{k}{n}): forward"}},
+        {"name": KERNEL_NAME, "pid": HW_PID, "tid": 2, "ts": launch.start, "dur": float(launch.duration),
+         "args": {"Model Id": 4294967295, "Task Type": "AI_CORE", "Physic Stream Id": 2, "Task Id": 11300 + number,
+                  "Batch Id": 0, "Subtask Id": 4294967295, "connection_id": 1700 + number}, "ph": "X"},
+        {"ph": "s", "bp": "e", "name": "torch_to_npu", "id": number + 1, "pid": PY_PID, "tid": PY_PID,
+         "ts": _ts(launch.op_ts, floats), "cat": "async_npu"},
+        {"ph": "f", "bp": "e", "name": "torch_to_npu", "id": number + 1, "pid": HW_PID, "tid": 2,
+         "ts": _ts(launch.start, floats), "cat": "async_npu"},
+    ]  # fmt: skip
+
+
+def trace_events(calls: list[Launch], floats: bool = False) -> list[dict[str, object]]:
+    events: list[dict[str, object]] = [
+        {"ph": "M", "name": "process_name", "pid": PY_PID, "tid": 0, "args": {"name": "Python"}},
+        {"ph": "M", "name": "process_name", "pid": CANN_PID, "tid": 0, "args": {"name": "CANN"}},
+        {"ph": "M", "name": "process_name", "pid": HW_PID, "tid": 0, "args": {"name": "Ascend Hardware"}},
+        REAL_CPU_OP,
+        REAL_TASK,
+    ]
+    for number, launch in enumerate(calls):
+        events += launch_events(number, launch, floats)
+    return events
+
+
+def write_profile(root: Path, calls: list[Launch], *, trace: bool = True, floats: bool = False) -> Path:
+    """``root/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/...``, as tensorboard_trace_handler(root) leaves it."""
+    output = root / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    output.mkdir(parents=True)
+    (output / "kernel_details.csv").write_text(kernel_details_text(calls), encoding="utf-8")
+    if trace:
+        (output / "trace_view.json").write_text(json.dumps(trace_events(calls, floats)), encoding="utf-8")
+    return root / "rank0_ascend_pt"
+
+
+def gmm_rows(database: Path) -> list[dict[str, str]]:
+    with (database / "GroupedMatmul.csv").open(newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def recorded(row: dict[str, str]) -> tuple[int, ...] | None:
+    return parse_shape_cell(row[INPUT_VALUES])[7] if row.get(INPUT_VALUES) else None
+
+
+@pytest.mark.parametrize("floats", [False, True], ids=["ts as text", "ts as floats"])
+def test_ingest_gives_each_grouped_gemm_row_the_routing_its_call_saw(tmp_path: Path, floats: bool,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    captured = capture_calls(tmp_path / "prof" / "rank0.values.json")  # the directory given to the trace handler
+    write_values_file(tmp_path / "prof" / "rank1.values.json", CapturedValues("0ther0rank0", {}))  # another rank's
+    profile = write_profile(tmp_path / "prof", launches(captured.token), floats=floats)
+    database = tmp_path / "db"
+    assert main(["ingest", "--profiling-path", str(profile), "--database-path", str(database)]) == 0
+    out = capsys.readouterr().out
+    kernel_details = profile / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    assert (f"input values for {kernel_details} ({tmp_path / 'prof' / 'rank0.values.json'}): 3 of 3 captured call(s) "
+            "attached, to 3 kernel launch(es)") in out
+    assert "rows whose time depends on input values: 3 measured, 1 with a default" in out
+    assert "GroupedMatmul: 1 row(s) replay even groups" in out
+
+    rows = gmm_rows(database)
+    by_values = {(row["Input Shapes"], recorded(row)): row for row in rows}
+    up, down = row_cells(UP)["Input Shapes"], row_cells(DOWN)["Input Shapes"]
+    assert set(by_values) == {(up, ends_of(SKEWED)), (down, ends_of(SKEWED)), (up, ends_of(EVEN)), (up, None)}
+    assert by_values[(down, ends_of(SKEWED))][INPUT_VALUES] == '";;;;;;;9,10,10,16"'  # counts recorded as ends
+    assert {row[INPUT_VALUES_SOURCE] for key, row in by_values.items() if key[1]} == {"measured"}
+    assert by_values[(up, None)][INPUT_VALUES_SOURCE] == "default: even groups"
+    assert all(row["Profiling Count"] == "1" for row in rows)
+
+
+def test_the_replay_builds_the_groups_the_profile_recorded(tmp_path: Path) -> None:
+    captured = capture_calls(tmp_path / "rank0.values.json")
+    profile = write_profile(tmp_path / "elsewhere", launches(captured.token))  # the values file is not near it
+    ingest_path(profile, tmp_path / "db", tmp_path / "rank0.values.json")  # --input-values
+    replay = replay_of("GroupedMatmul")
+    built = []
+    for cells in gmm_rows(tmp_path / "db"):
+        row = kernel_row("GroupedMatmul", cells)
+        replay.check(row)
+        built.append(replay.make_inputs(row, torch.device("cpu"), torch.Generator().manual_seed(0))[7].sizes)
+    assert sorted(built) == sorted([SKEWED, SKEWED, EVEN, (4, 4, 4, 4)])  # the last: drawn even, none recorded
+
+
+def test_without_trace_view_the_values_cannot_reach_the_kernels(tmp_path: Path) -> None:
+    captured = capture_calls(tmp_path / "rank0.values.json")
+    profile = write_profile(tmp_path, launches(captured.token), trace=False)
+    report = ingest_path(profile, None)
+    text = "\n".join(report.lines())
+    assert "0 of 3 captured call(s) attached" in text
+    assert "trace_view.json not found beside it: the captured calls cannot be linked to kernels" in text
+    assert report.value_sources.measured == 0 and sum(report.value_sources.defaulted.values()) == 2
+
+
+def test_a_values_file_of_another_run_is_said_to_be_one(tmp_path: Path) -> None:
+    profile = write_profile(tmp_path / "prof", launches("aaaaaaaaaaaa"))
+    other = write_values_file(tmp_path / "other.values.json", CapturedValues("bbbbbbbbbbbb", {"0": CapturedCall("x", {})}))
+    text = "\n".join(ingest_path(profile, None, other).lines())
+    assert "0 of 1 captured call(s) attached" in text and "no capture range of trace_view.json carries" in text
+    assert "input values for" not in "\n".join(ingest_path(profile, None).lines())  # none near it: defaults, no report
+
+
+# ----------------------------------------------------------------------------- linking, unit by unit
+def _kernel(start: str, slots: str, kernel_type: str = "GroupedMatmul", data: tuple[int, ...] = (7,)) -> DataKernel:
+    start_ns = to_ns(start)
+    assert start_ns is not None
+    return DataKernel((start_ns, KERNEL_NAME), kernel_type, parse_shape_cell(slots), data)
+
+
+def test_ranges_are_counted_by_what_became_of_them() -> None:
+    calls = launches("tok") + [Launch(UP, mark_name("zzz", 0), "1736408883711300.000", "1736408883717100.000", "9.0"),
+                               Launch(UP, mark_name("tok", 7), "1736408883711500.000", "1736408883717300.000", "9.0"),
+                               Launch(UP, mark_name("tok", 3), "1736408883711700.000", "1736408883717500.000", "9.0")]
+    captured = CapturedValues("tok", {"0": CapturedCall("g", {8: ends_of(SKEWED)}), "1": CapturedCall("g", {8: (1, 2, 3)}),
+                                      "2": CapturedCall("g", {}), "3": CapturedCall("g", {8: ends_of(EVEN)}),
+                                      "4": CapturedCall("g", {8: ends_of(EVEN)})})
+    kernels = [_kernel(c.start, '"16,32;4,32,8;;;;;;4"') for c in calls[:-1]]  # the last range's kernel is another type
+    report = AscendValues(Path("kernel_details.csv"), captured=5)
+    cells = link_values(report, kernels, trace_events(calls), {"tok": captured})
+    assert list(cells.values()) == ['";;;;;;;9,10,10,16"']
+    assert (report.attached, report.kernels, report.without_slot, report.without_values) == (1, 1, 1, 1)
+    assert (report.other_capture, report.without_entry, report.without_kernel) == (1, 1, 1)
+    text = "\n".join(report.lines())
+    assert "kernels whose row has no group-list slot of the values' length: 1" in text
+    assert "calls missing from the profile" in text
+
+
+def test_the_values_go_to_the_one_data_slot_that_can_hold_them() -> None:
+    call = CapturedCall("torch.ops.npu.npu_grouped_matmul_swiglu_quant", {2: (3, 3, 8)})
+    swiglu = ("GroupedMatmulSwigluQuant", (4, 5))
+    assert values_cell(_kernel("1.0", '"8,32;3,32,16;3,16;8;3"', *swiglu), call) == '";;;;3,3,8"'
+    # the A8W4 layout: weight_assistance_matrix (empty) before the group list
+    assert values_cell(_kernel("1.0", '"8,32;3,32,16;3,16;8;;3"', *swiglu), call) == '";;;;;3,3,8"'
+    assert values_cell(_kernel("1.0", '"8,32;3,32,16;;;;;;4"'), call) is None  # 4 experts, 3 values
