@@ -32,8 +32,10 @@ KERNEL_DETAILS = FIXTURES / "kernel_details_level2_llm_train.csv"
 FIA_ROWS = FIXTURES / "db_row_FusedInferAttentionScore.csv"
 PROFILED_TYPES = ("MatMulV2", "MatMulV3", "Add", "Mul", "Muls", "Cast", "RmsNorm", "SwiGlu", "TensorMove",
                   "Slice", "ConcatD", "GatherV2", "RotaryPositionEmbedding")
-# INPUT_VALUES and its source: expert loads; INPUT_STRIDES and OP_ARGUMENTS: aten._scaled_mm's pattern
-EXTRA = ("avg_seq_len", ROW_ORIGIN, INPUT_VALUES, INPUT_VALUES_SOURCE, INPUT_STRIDES, OP_ARGUMENTS)
+# INPUT_VALUES and its source: expert loads; INPUT_STRIDES and OP_ARGUMENTS: aten._scaled_mm's pattern;
+# the runtime lengths: FusedInferAttentionScore's KV length distributions
+EXTRA = ("avg_seq_len", ROW_ORIGIN, INPUT_VALUES, INPUT_VALUES_SOURCE, INPUT_STRIDES, OP_ARGUMENTS,
+         "Runtime actual_seq_lengths_values", "Runtime actual_seq_lengths_kv_values")
 
 
 def read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
@@ -155,7 +157,10 @@ def test_fused_attention_rows_keep_the_31_slot_profiler_format(expanded: Path) -
             (t, heads, head_dim), (blocks, block, kv_width) = dims[0], dims[1]
             batch, max_blocks = dims[14]
             assert dims[5] == dims[6] == (batch,) and dims[4] == (2048, 2048)
-            assert blocks == batch * max_blocks and (max_blocks - 1) * block < kv_len <= max_blocks * block
+            # per-request KV lengths of a distribution other than even (tests/test_grid_kv_lengths.py)
+            lengths = [int(n) for n in row["Runtime actual_seq_lengths_kv_values"].split(",") if n] or [kv_len] * batch
+            assert len(lengths) == batch and sum(lengths) == batch * kv_len
+            assert blocks == sum(-(-n // block) for n in lengths) and max_blocks == -(-max(lengths) // block)
             assert t % batch == 0 and t // batch <= kv_len
             tp = 64 // heads if "qwen3-32b" in row[ROW_ORIGIN] else None
             if tp is not None:  # Qwen3-32B: 8 KV heads, one replicated head per rank beyond tp 8

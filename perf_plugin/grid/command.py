@@ -90,7 +90,8 @@ def _print_reports(reports: Sequence[KernelReport], dry_run: bool) -> None:
               "would write" if dry_run else "written")
     print(f"{header[0]:28} " + " ".join(f"{h:>11}" for h in header[1:]))
     for r in reports:
-        candidates = r.evaluated - r.filtered + r.variants  # each expert load of a shape is a candidate
+        # each expert load or KV length distribution of a shape is a candidate of its own
+        candidates = r.evaluated - r.filtered + r.variants
         values = (candidates, r.skipped, r.over_budget, r.repeated, r.in_file, r.available, r.written)
         note = " (new file)" if r.created and r.written else ""
         print(f"{r.kernel_type:28} " + " ".join(f"{v:>11}" for v in values) + note)

@@ -1,10 +1,11 @@
 """Appending generated rows to the CSVs of one database directory.
 
 For each selected kernel type, under the database lock: read the CSV (or start a new one),
-learn the structures of its rows, expand every pattern of the kernel type's route, drop the
-rows over the memory budget and the rows whose signature (``row_signature`` plus the route's
-extra columns, e.g. ``avg_seq_len``) is already in the file or already generated, sample at
-most ``rows`` of the rest with ``seed``, and append them.
+learn the structures of its rows, expand every pattern of the kernel type's route, turn each
+shape into the generator's variants (one row per expert load or KV length distribution), drop
+the rows over the memory budget (each variant on its own shapes) and the rows whose signature
+(``row_signature`` plus the route's extra columns, e.g. ``avg_seq_len``) is already in the file
+or already generated, sample at most ``rows`` of the rest with ``seed``, and append them.
 
 Existing rows are never changed.  The file is rewritten through ``CsvTable``, which keeps the
 raw bytes of every unchanged record, so the old content stays a byte-identical prefix of the
@@ -35,7 +36,7 @@ from perf_plugin.database.schema import (
     REQUIRED_IDENTITY_COLUMNS,
     ROW_ORIGIN,
 )
-from perf_plugin.database.shapes import QuoteStyle, detect_quote_style
+from perf_plugin.database.shapes import QuoteStyle, detect_quote_style, parse_shape_cell
 from perf_plugin.database.signature import Signature
 from perf_plugin.database.table import CsvTable
 from perf_plugin.grid.config import GridConfig, KernelRoute, Pattern
@@ -79,7 +80,9 @@ class KernelReport:
     repeated: int = 0  # generated before in this run (same shape from another model or TP size)
     available: int = 0
     written: int = 0
-    variants: int = 0  # rows a shape became beyond the first (one per expert load): candidates too
+    # rows a shape became beyond the first (one per expert load or KV length distribution): candidates
+    # too, each over budget, repeated, in file or available on its own
+    variants: int = 0
     default_structure_patterns: list[str] = field(default_factory=list)
 
 
@@ -118,6 +121,33 @@ def _row_cells(
     return cells
 
 
+def _fitting_variants(
+    route: KernelRoute, layout: RowLayout, pattern: Pattern, candidate: Candidate, identity: Sequence[str],
+    style: QuoteStyle, request: GridRequest, report: KernelReport,
+) -> list[dict[str, str]]:
+    """The rows a candidate becomes (one per expert load or KV length distribution) within the
+    budget.  Each is estimated on its own shapes: a KV length distribution resizes a paged row's
+    block table and caches, so a variant may be over the budget where its even row is not, or under it."""
+    base = estimate_bytes(
+        candidate.inputs, candidate.outputs, layout.in_itemsizes, layout.out_itemsizes, candidate.workspace
+    )
+    cells = _row_cells(layout, pattern, candidate, identity, style)
+    variants = route.generator.variants(route.options, cells)
+    report.variants += len(variants) - 1
+    fitting = []
+    for variant in variants:
+        nbytes = base
+        shapes = variant["Input Shapes"], variant["Output Shapes"]
+        if shapes != (cells["Input Shapes"], cells["Output Shapes"]):  # the workspace follows the query: unchanged
+            inputs, outputs = (parse_shape_cell(cell) for cell in shapes)
+            nbytes = estimate_bytes(inputs, outputs, layout.in_itemsizes, layout.out_itemsizes, candidate.workspace)
+        if nbytes > request.budget:
+            report.over_budget += 1
+        else:
+            fitting.append(variant)
+    return fitting
+
+
 def plan_rows(
     kernel_type: str, route: KernelRoute, table: CsvTable, request: GridRequest, report: KernelReport
 ) -> list[dict[str, str]]:
@@ -139,16 +169,7 @@ def plan_rows(
             report.default_structure_patterns.append(pattern.name)
         envs = route.generator.base_envs(request.models, route.options, request.restricted)
         for candidate in expand(pattern, envs, stats):
-            nbytes = estimate_bytes(
-                candidate.inputs, candidate.outputs, layout.in_itemsizes, layout.out_itemsizes, candidate.workspace
-            )
-            if nbytes > request.budget:
-                report.over_budget += 1
-                continue
-            cells = _row_cells(layout, pattern, candidate, identity, style)
-            variants = route.generator.variants(route.options, cells)  # one per expert load, say
-            report.variants += len(variants) - 1
-            for variant in variants:
+            for variant in _fitting_variants(route, layout, pattern, candidate, identity, style, request, report):
                 key = _key(kernel_type, variant, extra)
                 if key in seen:
                     report.repeated += 1

@@ -18,12 +18,36 @@ cache ``[num_blocks, block_size, kv_heads * head_dim]`` and ``[num_blocks, kv_he
 head_dim]``), and the MLA decode layout ``BNSD_NBSD`` (query ``[B, N, S, kv_lora_rank]`` with the
 rotary part in ``query_rope``, output ``[N, B, S, kv_lora_rank]``).  The KV length of a row is
 written in the ``avg_seq_len`` column (the shapes only bound it through the block table).
+
+Options: ``kv_lengths`` (a list of ``even``, ``spread R``, ``max_mean R``;
+``perf_plugin.grid.length_distribution``) writes every row once per distribution of its KV
+lengths over its requests, the lengths in the ``Runtime actual_seq_lengths(_kv)_values`` columns
+the replay reads and the distribution in ``Input Values Source``; ``avg_seq_len`` stays the mean.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from perf_plugin.database.schema import INPUT_VALUES_SOURCE
 from perf_plugin.grid.generators.base import PerRankGenerator
+from perf_plugin.grid.length_distribution import parse_distributions, with_kv_lengths
+from perf_plugin.replay.kernels.mla_prefill import KV_VALUES, Q_VALUES
 
 
 class AttentionGenerator(PerRankGenerator):
     """Base environments: ``ModelConfig.at_tp(tp)`` for every model and TP size."""
+
+    def resolve_options(self, raw: Mapping[str, Any], grids: Mapping[str, tuple[int, ...]]) -> Mapping[str, Any]:
+        unknown = set(raw) - {"kv_lengths"}
+        if unknown:
+            raise ValueError(f"generator {self.name!r} takes kv_lengths (got {', '.join(sorted(map(str, unknown)))})")
+        distributions = parse_distributions(raw["kv_lengths"]) if "kv_lengths" in raw else ()
+        return {"kv_lengths": distributions} if distributions else {}
+
+    def row_columns(self, options: Mapping[str, Any]) -> tuple[str, ...]:
+        return (Q_VALUES, KV_VALUES, INPUT_VALUES_SOURCE) if options.get("kv_lengths") else ()
+
+    def variants(self, options: Mapping[str, Any], cells: dict[str, str]) -> list[dict[str, str]]:
+        return with_kv_lengths(cells, options.get("kv_lengths", ()))
