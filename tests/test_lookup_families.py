@@ -177,6 +177,19 @@ def test_attention_is_interpolated_by_batch_and_lengths(tmp_path: Path) -> None:
     work = attention._work(plan, "BF16")
     expected = max(work.flops / 500e6, work.nbytes / 2000e3) / (0.1 * 3000 ** 0.3)
     assert answer.duration_us == pytest.approx(expected)
+    # unequal requests nobody measured: the longest at 2.5 times the mean, between the grid's
+    # "spread 4" (1.6) and "max_mean 4" rows, whose block table holds it
+    skewed = next(r for r in rows if r.cells.get("Input Values Source") == "grid: kv max_mean 4"
+                  and r.cells.get("avg_seq_len") == "4096" and r.input_shapes[0] == (8, 32, 1, 128))
+    lengths = [10240, 3219, 3219, 3218, 3218, 3218, 3218, 3218]  # 8 x 4096 in all
+    cells = {"Kernel Type": "FusedInferAttentionScore", **skewed.cells,
+             "Runtime actual_seq_lengths_kv_values": ",".join(map(str, lengths))}
+    answer = lookup(db, make_query(cells))
+    assert answer.provenance == "interpolated" and "linear in KV spread between 1.6 and 4" in answer.column
+    plan = attention._plan("FusedInferAttentionScore", dict(cells))
+    assert plan is not None and plan.kv_lens == tuple(lengths)
+    work = attention._work(plan, "BF16")
+    assert answer.duration_us == pytest.approx(max(work.flops / 500e6, work.nbytes / 2000e3) / (0.1 * 4096 ** 0.3))
 
 
 def test_grouped_gemms_are_interpolated_by_rows_and_expert_load(tmp_path: Path) -> None:

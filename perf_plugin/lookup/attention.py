@@ -6,7 +6,8 @@ rows are read as the replay reads them (``perf_plugin.replay.kernels._fia_plan``
 per-request lengths from the shapes and the ``avg_seq_len`` / ``Runtime ...`` columns).  Rows of
 the same layouts, heads, head dims, paging and mask form one family; inside it the efficiency
 against the roofline (``roofline.py``) is interpolated in ``log batch, log query length, log KV
-length`` (``hull.py``), and the query's time is its roofline time over that efficiency.
+length`` and ``log`` of the KV spread (the longest request's KV length over the mean: 1 for even
+lengths) (``efficiency.py``), and the query's time is its roofline time over that efficiency.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from perf_plugin.replay.kernels._fia_plan import FiaPlan, fia_plan
 from perf_plugin.replay.tensors import kernel_row_from_cells
 
 KERNEL_TYPES = frozenset({"FusedInferAttentionScore"})
-AXES = ("batch", "query length", "KV length")
+# the longest request's KV over the mean (1: even lengths): a grid writes each shape once per
+# length distribution (``perf_plugin.grid.length_distribution``), and the longest request bounds
+# how long the kernel's last block of work runs
+AXES = ("batch", "query length", "KV length", "KV spread")
 
 
 def _plan(kernel_type: str, cells: Mapping[str, str]) -> FiaPlan | None:
@@ -44,8 +48,9 @@ def _work(plan: FiaPlan, dtype: str) -> Work:
     return Work(2.0 * plan.heads * pairs * (qk_dim + plan.value_dim), nbytes, dtype)
 
 
-def _position(plan: FiaPlan) -> tuple[float, float, float]:
-    return float(plan.batch), sum(plan.q_lens) / plan.batch, sum(plan.kv_lens) / plan.batch
+def _position(plan: FiaPlan) -> tuple[float, float, float, float]:
+    mean_kv = sum(plan.kv_lens) / plan.batch
+    return float(plan.batch), sum(plan.q_lens) / plan.batch, mean_kv, max(plan.kv_lens) / mean_kv
 
 
 def _family(plan: FiaPlan, dtypes: Sequence[str]) -> tuple[object, ...]:
@@ -92,8 +97,8 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
     if all(p.raw[1] == p.raw[2] for p in points) and target[1] == target[2]:
         # self-attention (a prefill): query and KV lengths are one axis, and a hull over both
         # would be flat
-        points = [hull.Point(p.raw[:2], p.value, p.lines) for p in points]
-        target, axes = target[:2], ("batch", "sequence length")
+        points = [hull.Point((*p.raw[:2], p.raw[3]), p.value, p.lines) for p in points]
+        target, axes = (*target[:2], target[3]), ("batch", "sequence length", "KV spread")
     return efficiency.answer(query, points, target, axes, ideal, "attention", used,
                              "fewer than two measured rows of these layouts, heads, dims and mask",
                              narrowest=True)  # no axis shares more with the query than another
