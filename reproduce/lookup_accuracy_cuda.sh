@@ -4,13 +4,14 @@
 #   bash reproduce/lookup_accuracy_cuda.sh gemm   OUT_DIR   # peaks; bf16 and fp8 GEMMs of three dense models
 #   bash reproduce/lookup_accuracy_cuda.sh others OUT_DIR   # FIA decode/prefill, MoE grouped GEMMs over expert
 #                                                           # load, RmsNorm/Add/SwiGlu (reproduce/lookup_grid.yaml)
+#   bash reproduce/lookup_accuracy_cuda.sh attention OUT_DIR  # FIA alone, in a fresh OUT_DIR: every KV length distribution
 # then, anywhere:
 #   python benchmarks/lookup_accuracy.py --database-path OUT_DIR/db --roofline --policy --plots OUT_DIR/plots
 #
 # Prerequisites: a CUDA GPU, this project installed (pip install -e .). Each part takes minutes; an
 # interrupted run keeps what it measured (write-back on SIGINT), and a rerun measures only the rest.
 set -euo pipefail
-part=${1:?gemm or others}
+part=${1:?gemm, others or attention}
 out=${2:?output directory}
 db="$out/db"
 mkdir -p "$db"
@@ -36,8 +37,16 @@ others)
     grid RmsNorm,Add,SwiGlu llama-3.1-8b,qwen3-32b,llama-3.1-70b
     run_bench -k "FusedInferAttentionScore or GroupedMatmul or RmsNorm or Add or SwiGlu"
     ;;
+attention)
+    # the attention rows alone, once per KV length distribution (the route's kv_lengths)
+    [ -f "$db/device_peaks.yaml" ] || perfdb peaks --database-path "$db"
+    here=$(cd "$(dirname "$0")" && pwd)
+    perfdb grid --config "$here/lookup_grid.yaml" --database-path "$db" --rows 100000 --max-hbm-gb 40 \
+        --kernel-types FusedInferAttentionScore --target-models llama-3.1-8b
+    run_bench -k FusedInferAttentionScore
+    ;;
 *)
-    echo "part: gemm or others" >&2
+    echo "part: gemm, others or attention" >&2
     exit 2
     ;;
 esac
