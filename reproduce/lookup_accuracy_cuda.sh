@@ -2,9 +2,9 @@
 # The databases behind the lookup accuracy figures on CUDA (docs/perfdb.md, "How well lookup answers").
 #
 #   bash reproduce/lookup_accuracy_cuda.sh gemm   OUT_DIR   # peaks; bf16 and fp8 GEMMs of three dense models
-#   bash reproduce/lookup_accuracy_cuda.sh others OUT_DIR   # FIA decode/prefill, MoE grouped GEMMs over expert
-#                                                           # load, RmsNorm/Add/SwiGlu (reproduce/lookup_grid.yaml)
-#   bash reproduce/lookup_accuracy_cuda.sh attention OUT_DIR  # FIA alone, in a fresh OUT_DIR: every KV length distribution
+#   bash reproduce/lookup_accuracy_cuda.sh others OUT_DIR   # MoE grouped GEMMs over expert load, RmsNorm/Add/SwiGlu
+#   bash reproduce/lookup_accuracy_cuda.sh attention OUT_DIR  # FIA decode/prefill over KV length distributions
+#                                                             # (both: reproduce/lookup_grid.yaml)
 # then, anywhere:
 #   python benchmarks/lookup_accuracy.py --database-path OUT_DIR/db --roofline --policy --plots OUT_DIR/plots
 #
@@ -32,10 +32,9 @@ others)
     here=$(cd "$(dirname "$0")" && pwd)
     grid() { perfdb grid --config "$here/lookup_grid.yaml" --database-path "$db" --rows 100000 --max-hbm-gb 40 \
         --kernel-types "$1" --target-models "$2"; }
-    grid FusedInferAttentionScore llama-3.1-8b
     grid GroupedMatmul qwen3-235b-a22b
     grid RmsNorm,Add,SwiGlu llama-3.1-8b,qwen3-32b,llama-3.1-70b
-    run_bench -k "FusedInferAttentionScore or GroupedMatmul or RmsNorm or Add or SwiGlu"
+    run_bench -k "GroupedMatmul or RmsNorm or Add or SwiGlu"
     ;;
 attention)
     # the attention rows alone, once per KV length distribution (the route's kv_lengths)
