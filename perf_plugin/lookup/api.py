@@ -3,10 +3,12 @@
 Exact first: a row whose input shapes and dtypes (and formats, output shapes and input values,
 where the query gives them) are the query's answers with its duration (``rows.py`` says which
 column).  Else the kernel family's interpolation inside the hull of measured rows: GEMMs in
-(M, N, K) by efficiency (``gemm.py``); attention by batch, lengths and heads (``attention.py``);
-grouped MoE GEMMs by rows and expert load (``grouped.py``); kernels that stream their inputs by
-rows and width (``by_size.py``).  Else, with the device's peaks beside the database (``perfdb peaks``), the
-roofline, saying why no row answered.  Else no answer, with the reason.
+(M, N, K) (``gemm.py``); attention by batch, lengths and KV spread (``attention.py``); grouped MoE
+GEMMs by rows and the split's tile excess (``grouped.py``); kernels that stream their inputs by
+bytes, or rows and width (``by_size.py``).  Outside the hull of the family's rows, the nearest
+row's efficiency held (a ``fallback``, ``efficiency.py``).  With no row of the family at all and
+the device's peaks beside the database (``perfdb peaks``), the roofline, saying why no row
+answered.  Else no answer, with the reason.
 """
 
 from __future__ import annotations
