@@ -39,6 +39,18 @@ OP_SUMMARY_COLUMNS = {
 }
 
 
+@pytest.fixture(scope="module")
+def level2_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A database ingested from the real Level2 training profile, once per test module (copy it
+    before changing it)."""
+    from perf_plugin.cli import main as perfdb
+
+    db = tmp_path_factory.mktemp("level2") / "db"
+    assert perfdb(["ingest", "--profiling-path", str(ASCEND / "kernel_details_level2_llm_train.csv"),
+                   "--database-path", str(db)]) == 0
+    return db
+
+
 @pytest.fixture
 def ascend_fixtures() -> Path:
     return ASCEND

@@ -18,11 +18,8 @@ V3 = "MatMulV3"
 
 
 @pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    db = tmp_path_factory.mktemp("lookup") / "db"
-    assert perfdb(["ingest", "--profiling-path", str(ASCEND / "kernel_details_level2_llm_train.csv"),
-                   "--database-path", str(db)]) == 0
-    return db
+def database(level2_database: Path) -> Path:
+    return level2_database
 
 
 def gemm(shapes: str, dtypes: str = "DT_BF16;DT_BF16", kernel_type: str = V3) -> Query:
@@ -136,8 +133,6 @@ def test_a_streaming_kernel_is_interpolated_by_its_efficiency(database: Path) ->
 
 def test_the_command_gives_the_policy_answer_beside_its_own(database: Path, tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.conftest import ASCEND
-
     mapping = ASCEND / "op_mapping_vllm0.18.0_torch2.9.0_cann8.5.yaml"
     assert perfdb(["lookup", "--database-path", str(database), "--kernel-type", V3, "--input-shapes",
                    "4096,1024;5120,1024", "--input-dtypes", "DT_BF16;DT_BF16", "--policy", "--op-mapping", str(mapping)]) == 0

@@ -24,11 +24,8 @@ FIA = "FusedInferAttentionScore"
 
 
 @pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    db = tmp_path_factory.mktemp("policy") / "db"
-    assert perfdb(["ingest", "--profiling-path", str(ASCEND / "kernel_details_level2_llm_train.csv"),
-                   "--database-path", str(db)]) == 0
-    return db
+def database(level2_database: Path) -> Path:
+    return level2_database
 
 
 def query(kernel_type: str, shapes: str, dtypes: str = "DT_BF16;DT_BF16", outputs: str = "", **cells: str) -> Query:

@@ -26,7 +26,7 @@ from perf_plugin.comm.record import COLUMNS, DTYPE, MESSAGE_BYTES, MODE, NUM_DEV
 from perf_plugin.comm.writer import is_legacy_row, row_key
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.file_kind import require_known_column
-from perf_plugin.database.schema import DURATION_PREFERENCE, parse_duration
+from perf_plugin.database.schema import DURATION_PREFERENCE, preferred_duration
 from perf_plugin.database.table import CsvTable
 
 OPTIONAL_KEY_COLUMNS = (TOPOLOGY_TIER, DTYPE, MODE)
@@ -69,11 +69,7 @@ class Comparison:
 
 
 def _duration(table: CsvTable, row: int) -> float | None:
-    for column in DURATION_PREFERENCE:
-        value = parse_duration(table.get(row, column))
-        if value is not None:
-            return value
-    return None
+    return preferred_duration(table.row_dict(row))[0]
 
 
 def _reader_key(table: CsvTable, row: int, path: Path, op: str) -> tuple[object, ...]:

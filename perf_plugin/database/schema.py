@@ -9,6 +9,8 @@ statistic each duration column of a measurement holds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from perf_plugin.database.table import CsvTable
 
 IDENTITY_COLUMNS: tuple[str, ...] = (
@@ -212,6 +214,16 @@ def is_junk_duration(value: str) -> bool:
     except ValueError:
         return True
     return False
+
+
+def preferred_duration(cells: Mapping[str, str]) -> tuple[float | None, str]:
+    """A row's duration as the Ascend reader reads it: the first of ``DURATION_PREFERENCE`` with a
+    valid value, and that column's name (None and "" when none has one)."""
+    for column in DURATION_PREFERENCE:
+        value = parse_duration(cells.get(column, ""))
+        if value is not None:
+            return value, column
+    return None, ""
 
 
 def row_has_valid_duration(table: CsvTable, row: int) -> bool:

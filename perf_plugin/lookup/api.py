@@ -14,6 +14,7 @@ answered.  Else no answer, with the reason.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from perf_plugin.database.errors import DatabaseError
@@ -75,17 +76,33 @@ def streaming_work(query: Query) -> Work | None:
     return by_size.streaming_work(query.input_shapes, query.input_dtypes)
 
 
-def lookup(database: str | Path, query: Query) -> Answer:
-    """The duration of ``query`` from the database directory ``database``."""
+@dataclass(frozen=True)
+class ExactStep:
+    path: Path  # the kernel type's CSV
+    rows: Sequence[MeasuredRow]
+    exact: list[MeasuredRow]  # rows with the query's inputs, with or without a duration
+    answer: Answer | None  # the first of them with a duration, as the Ascend reader takes it
+
+
+def exact_step(database: str | Path, query: Query) -> ExactStep:
+    """The rows of the query's kernel type and its exact answer, if a row gives one (the first
+    step of every lookup, this project's and the policy's)."""
     path = Path(database) / f"{query.kernel_type}.csv"
     if not path.is_file():
         raise DatabaseError(f"no CSV of kernel type {query.kernel_type}", path=path)
     rows = read_rows(path)
     exact = [row for row in rows if matches(row, query)]
-    timed = [row for row in exact if row.duration_us is not None]
-    if timed:
-        row = timed[0]  # the first, as the Ascend reader takes it
-        return Answer(query, EXACT, row.duration_us, (row.line,), row.column)
+    row = next((row for row in exact if row.duration_us is not None), None)
+    answer = None if row is None else Answer(query, EXACT, row.duration_us, (row.line,), row.column)
+    return ExactStep(path, rows, exact, answer)
+
+
+def lookup(database: str | Path, query: Query) -> Answer:
+    """The duration of ``query`` from the database directory ``database``."""
+    step = exact_step(database, query)
+    if step.answer is not None:
+        return step.answer
+    path, rows, exact = step.path, step.rows, step.exact
     peaks = find_peaks(Path(database))
     methods = family(query.kernel_type)
     if methods is None:

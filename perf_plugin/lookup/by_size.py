@@ -41,9 +41,8 @@ def streaming_work(shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> Wor
     return Work(0.0, read + largest)
 
 
-def _position(kernel_type: str, shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> tuple[float, ...] | None:
+def _position(kernel_type: str, shapes: Sequence[Shape | None], work: Work | None) -> tuple[float, ...] | None:
     first = next((s for s in shapes if s is not None), None)
-    work = streaming_work(shapes, dtypes)
     if first is None or not first or min(first) <= 0 or work is None:
         return None
     if kernel_type in ROW_REDUCTIONS:
@@ -67,17 +66,18 @@ def _family(shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> tuple[obje
 
 
 def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | None) -> Answer:
-    target = _position(query.kernel_type, query.input_shapes, query.input_dtypes)
     work = streaming_work(query.input_shapes, query.input_dtypes)
+    target = _position(query.kernel_type, query.input_shapes, work)
     if target is None or work is None:
         return Answer(query, NONE, reason="no input shape with a dtype of known size to measure the bytes by")
     family = _family(query.input_shapes, query.input_dtypes)
     points = []
     for row in rows:
-        position = _position(query.kernel_type, row.input_shapes, row.input_dtypes)
+        if row.duration_us is None:
+            continue
         row_work = streaming_work(row.input_shapes, row.input_dtypes)
-        if row.duration_us is None or position is None or row_work is None or \
-                _family(row.input_shapes, row.input_dtypes) != family:
+        position = _position(query.kernel_type, row.input_shapes, row_work)
+        if position is None or row_work is None or _family(row.input_shapes, row.input_dtypes) != family:
             continue
         ideal = scale(row_work, peaks)
         assert ideal is not None  # bytes only: every peaks file has a copy rate

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.schema import DURATION_PREFERENCE, parse_duration
+from perf_plugin.database.schema import DURATION_PREFERENCE, preferred_duration
 from perf_plugin.database.signature import normalise_dtype
 from perf_plugin.database.table import CsvTable
 from perf_plugin.lookup.answer import EXACT, FALLBACK, INTERPOLATED, NONE, Answer, CollectiveQuery
@@ -153,12 +153,7 @@ def _read(path: Path, mtime_ns: int, file_size: int) -> CollectiveTable:
         size, devices = _int(cells[MESSAGE_BYTES]), _int(cells[NUM_DEVICES])
         if size is None or devices is None:
             continue  # a malformed row answers nothing, as in the kernel lookups
-        duration, column = None, ""
-        for name in DURATION_PREFERENCE:
-            duration = parse_duration(cells.get(name, ""))
-            if duration is not None:
-                column = name
-                break
+        duration, column = preferred_duration(cells)
         rows.append(CollectiveRow(line, size, devices, cells.get(TOPOLOGY_TIER, "").strip(),
                                   normalise_comm_dtype(cells.get(DTYPE, "")), duration, column))
     return CollectiveTable(path, tuple(rows), table.has_column(TOPOLOGY_TIER), table.has_column(DTYPE))

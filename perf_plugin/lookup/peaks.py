@@ -13,6 +13,7 @@ then one per software stack, so a file in the device's directory serves every st
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,17 @@ def _digits(value: float) -> float:
 
 
 def read_peaks(path: Path) -> DevicePeaks:
+    """The peaks file at ``path``, parsed once per version of the file (a CSV of queries asks for
+    it once per query)."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise DatabaseError(f"cannot read: {exc}", path=path) from None
+    return _read_peaks(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_peaks(path: Path, mtime_ns: int, size: int) -> DevicePeaks:
     try:
         document = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:

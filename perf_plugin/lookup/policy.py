@@ -41,15 +41,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.schema import DURATION_PREFERENCE
 from perf_plugin.database.shapes import Shape, format_shape_cell, split_slots
 from perf_plugin.database.signature import normalise_dtype
-from perf_plugin.lookup.answer import EXACT, INTERPOLATED, NONE, Answer, Query
-from perf_plugin.lookup.api import matches
+from perf_plugin.lookup.answer import INTERPOLATED, NONE, Answer, Query
+from perf_plugin.lookup.api import exact_step
 from perf_plugin.lookup.policy_axes import (ATTENTION, MATMUL, Coordinates, Rule, Sample, coordinates,
                                             policy_rules, q_tokens_match)
-from perf_plugin.lookup.rows import MeasuredRow, read_rows
+from perf_plugin.lookup.rows import MeasuredRow
 
 COMPUTE_GROUPS = (("M",), ("K",), ("N",), ("M", "K"), ("M", "N"), ("K", "N"), ("M", "K", "N"))
 ATTENTION_GROUPS = tuple(group for size in (1, 2, 3)
@@ -75,14 +74,10 @@ class _Fit:
 def lookup_by_policy(database: str | Path, query: Query, mapping_path: Path | None = None) -> Answer:
     """The duration of ``query`` as the Ascend performance model's interpolation policy gives it
     from the database directory ``database`` and its ``op_mapping.yaml`` (or ``mapping_path``)."""
-    path = Path(database) / f"{query.kernel_type}.csv"
-    if not path.is_file():
-        raise DatabaseError(f"no CSV of kernel type {query.kernel_type}", path=path)
-    rows = read_rows(path)
-    exact = [row for row in rows if matches(row, query)]
-    timed = [row for row in exact if row.duration_us is not None]
-    if timed:
-        return Answer(query, EXACT, timed[0].duration_us, (timed[0].line,), timed[0].column)
+    step = exact_step(database, query)
+    if step.answer is not None:
+        return step.answer
+    path, rows, exact = step.path, step.rows, step.exact
     untimed = f"row {exact[0].line} has these inputs but no duration; " if exact else ""
     rules = policy_rules(query.kernel_type, mapping_path or Path(database) / "op_mapping.yaml")
     if isinstance(rules, str):

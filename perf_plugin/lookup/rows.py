@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perf_plugin.database.schema import DURATION_PREFERENCE, parse_duration
+from perf_plugin.database.schema import preferred_duration
 from perf_plugin.database.shapes import Shape, parse_shape_cell, split_slots
 from perf_plugin.database.signature import normalise_dtype, normalise_format
 from perf_plugin.database.table import CsvTable
@@ -50,12 +50,7 @@ def _read_rows(path: Path, mtime_ns: int, size: int) -> tuple[MeasuredRow, ...]:
             outputs = tuple(parse_shape_cell(cells.get("Output Shapes", "")))
         except Exception:  # noqa: BLE001  (a malformed row answers nothing; pytest bench names it)
             continue
-        duration, column = None, ""
-        for name in DURATION_PREFERENCE:
-            duration = parse_duration(cells.get(name, ""))
-            if duration is not None:
-                column = name
-                break
+        duration, column = preferred_duration(cells)
         rows.append(MeasuredRow(
             index + 2, inputs,
             tuple(normalise_dtype(t) for t in split_slots(cells.get("Input Data Types", ""))),
