@@ -23,7 +23,6 @@ from real files and formats, as ``tests/test_fia_bundle.py`` builds its FIA prof
 from __future__ import annotations
 
 import csv
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from perf_plugin.ingest.ascend_trace_view import to_ns
 from perf_plugin.ingest.ascend_values import AscendValues, DataKernel, link_values, values_cell
 from perf_plugin.ingest.pipeline import ingest_path
 from perf_plugin.trace.values_file import CapturedCall, CapturedValues, mark_name, read_values_file, write_values_file
+from tests import ascend_profile
 from tests.kernels.support import kernel_row, replay_of
 from tests.npu_standin import TORCH_NPU, standin
 from tests.test_fia_bundle import ASCEND, CANN_PID, HW_PID, PY_PID, REAL_CPU_OP, REAL_TASK
@@ -98,19 +98,9 @@ def row_cells(gemm: tuple[int, int, int]) -> dict[str, str]:
 
 
 def kernel_details_text(calls: list[Launch]) -> str:
-    with (ASCEND / "kernel_details_level1.csv").open(newline="", encoding="utf-8-sig") as handle:
-        records = list(csv.reader(handle))
-    header, template = records[0], next(r for r in records[1:] if r[5] == "MatMulV2")
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerows([header, records[1], records[2]])
-    for launch in calls:
-        cells = dict(zip(header, template))
-        cells.update(row_cells(launch.gemm))
-        cells.update({"Name": KERNEL_NAME, "Type": "GroupedMatmul", "Start Time(us)": launch.start + "\t",
-                      "Duration(us)": launch.duration})
-        writer.writerow([cells[name] for name in header])
-    return out.getvalue()
+    return ascend_profile.kernel_details_text(
+        {**row_cells(launch.gemm), "Name": KERNEL_NAME, "Type": "GroupedMatmul", "Start Time(us)": launch.start + "\t",
+         "Duration(us)": launch.duration} for launch in calls)
 
 
 def _ts(text: str, floats: bool) -> str | float:

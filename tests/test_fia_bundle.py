@@ -47,6 +47,7 @@ from perf_plugin.ingest.fia_bundle import (
 )
 from perf_plugin.ingest.fia_runtime import COMPLETENESS, KV_LENS_SHAPE, Q_LENS_SHAPE
 from perf_plugin.ingest.pipeline import ingest_path
+from tests import ascend_profile
 
 ASCEND = Path(__file__).parent / "fixtures" / "ascend"
 FIA = "FusedInferAttentionScore"
@@ -129,18 +130,9 @@ def launches() -> list[Launch]:
 
 
 def kernel_details_text(fia: list[Launch]) -> str:
-    with (ASCEND / "kernel_details_level1.csv").open(newline="", encoding="utf-8-sig") as handle:
-        records = list(csv.reader(handle))
-    header, template = records[0], next(r for r in records[1:] if r[5] == "MatMulV2")
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerows([header, records[1], records[2]])
-    for launch in fia:
-        cells = dict(zip(header, template))
-        cells.update({k: v for k, v in launch.row.items() if k in cells})
-        cells.update({"Name": KERNEL_NAME, "Type": FIA, "Start Time(us)": launch.start + "\t", "Duration(us)": launch.duration})
-        writer.writerow([cells[name] for name in header])
-    return out.getvalue()
+    return ascend_profile.kernel_details_text(
+        {**launch.row, "Name": KERNEL_NAME, "Type": FIA, "Start Time(us)": launch.start + "\t",
+         "Duration(us)": launch.duration} for launch in fia)
 
 
 def operator_details_text(fia: list[Launch]) -> str:
