@@ -93,12 +93,15 @@ BSND_PAGED_GQA = _reduced(_inputs(*_slot_list((0, "3,2,8,64"), (1, "32,128,128")
                                               (14, "3,8"))), "3,2,8,64", avg_seq_len="500")  # fmt: skip
 BNSD_PAGED_4D = _reduced(_inputs(*_slot_list((0, "2,8,1,64"), (1, "16,2,128,64"), (2, "16,2,128,64"), (6, "2"),
                                              (14, "2,8"))), "2,8,1,64", avg_seq_len="700")  # fmt: skip
+EVEN_CAUSAL_PREFILL = _reduced(_inputs(*_slot_list((0, "512,8,64"), (1, "512,2,64"), (2, "512,2,64"),
+                                                   (4, "2048,2048"), (5, "2"), (6, "2"))),
+                               "512,8,64", avg_seq_len="256")  # fmt: skip
 WITH_LSE = _reduced(_inputs(*_slot_list((0, "90,4,64"), (1, "90,2,64"), (2, "90,2,64"), (4, "2048,2048"), (5, "2"),
                                         (6, "2"))), "90,4,64", lse="90,4,1")  # fmt: skip
 REDUCED = {"paged decode": PAGED_DECODE, "paged MTP, uneven runtime lengths": PAGED_MTP_UNEVEN,
            "contiguous prefill, uneven": CONTIGUOUS_PREFILL, "MLA BNSD_NBSD": MLA_DECODE,
            "BSND paged GQA 4:1": BSND_PAGED_GQA, "BNSD paged [blocks, N, bs, D]": BNSD_PAGED_4D,
-           "softmax_lse": WITH_LSE}  # fmt: skip
+           "softmax_lse": WITH_LSE, "contiguous prefill, even, GQA 4:1": EVEN_CAUSAL_PREFILL}  # fmt: skip
 
 
 def _expected_call(cells: dict[str, str]) -> dict[str, object]:
@@ -216,8 +219,31 @@ class _FirstBlocks(FusedInferAttentionScoreReplay):
         return super().run(*args[:4], ordered, *args[5:])
 
 
-@pytest.mark.parametrize("wrong,cells", [(_NoCausalMask, CONTIGUOUS_PREFILL), (_FirstBlocks, PAGED_DECODE)],
-                         ids=["ignores the causal mask", "ignores the block table"])  # fmt: skip
+class _NotCausal(FusedInferAttentionScoreReplay):
+    def run(self, *args):  # type: ignore[no-untyped-def]
+        case = args[-1]
+        return super().run(*args[:-1], type(case)(case.plan, case.q_index, case.out_index, case.kv_index, None))
+
+
+def _case(cells: dict[str, str]):  # type: ignore[no-untyped-def]
+    replay, row = FusedInferAttentionScoreReplay(), kernel_row(FIA, cells)
+    return replay.make_inputs(row, torch.device("cpu"), torch.Generator().manual_seed(0))[-1]
+
+
+def test_equal_lengths_attend_without_a_mask() -> None:
+    """The fused kernel reads no position past a request's length: a paged decode whose lengths end
+    inside a block is cut to them, and a causal prefill of equal lengths takes the causal kernel."""
+    decode = _case(PAGED_DECODE)  # 1000 of 1024 gathered positions
+    assert decode.allowed is None and not decode.is_causal and decode.plan.kv_span == 1000
+    prefill = _case(EVEN_CAUSAL_PREFILL)
+    assert prefill.is_causal and prefill.allowed is None and prefill.plan.kv_lens == (256, 256)
+    uneven = _case(CONTIGUOUS_PREFILL)
+    assert not uneven.is_causal and uneven.allowed is not None
+
+
+@pytest.mark.parametrize("wrong,cells", [(_NoCausalMask, CONTIGUOUS_PREFILL), (_FirstBlocks, PAGED_DECODE),
+                                         (_NotCausal, EVEN_CAUSAL_PREFILL)],
+                         ids=["ignores the causal mask", "ignores the block table", "not causal"])  # fmt: skip
 def test_verification_catches_a_wrong_portable_path(wrong: type[FusedInferAttentionScoreReplay],
                                                     cells: dict[str, str]) -> None:  # fmt: skip
     replay, row = wrong(), kernel_row(FIA, cells)

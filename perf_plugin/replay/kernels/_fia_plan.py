@@ -63,9 +63,15 @@ class FiaPlan:
 
     @property
     def kv_span(self) -> int:
-        """The padded KV length the portable path attends over (whole blocks when paged)."""
-        longest = max(self.kv_lens)
-        return math.ceil(longest / self.block_size) * self.block_size if self.block_size else longest
+        """The KV length the portable path attends over: the longest request's.  A paged cache's
+        blocks are gathered whole and cut to it, so equal lengths need no mask, as the fused kernel
+        reads no position past a request's length."""
+        return max(self.kv_lens)
+
+    @property
+    def kv_blocks(self) -> int:
+        """Blocks per request the portable path gathers (paged)."""
+        return math.ceil(self.kv_span / self.block_size)
 
     @property
     def api_layout(self) -> str:
@@ -235,3 +241,5 @@ class FiaCase:
     out_index: "torch.Tensor | None"  # [T] padded position of each token
     kv_index: "torch.Tensor | None"  # [B, L] token of each padded KV position (contiguous TND, unequal)
     allowed: "torch.Tensor | None"  # [B, 1, G*S, L] True where a query may attend
+    # causal self-attention of equal lengths: the fused causal kernel, heads unfolded, no mask
+    is_causal: bool = False

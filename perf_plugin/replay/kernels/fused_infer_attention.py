@@ -28,7 +28,9 @@ NPU: ``torch_npu.npu_fused_infer_attention_score`` (op_mapping's microbench_api)
 lengths, ``num_heads``, ``num_key_value_heads``, ``scale = 1/sqrt(D + rope D)``, ``input_layout``,
 ``sparse_mode``, ``block_size``, ``softmax_lse_flag``.  Portable: one gather of the KV blocks, then
 ``scaled_dot_product_attention`` with the query heads of a KV group folded into the query rows (GQA
-without copying K/V), a boolean mask only for unequal lengths or a causal mask; rows with
+without copying K/V), a boolean mask only for unequal lengths or a causal mask (a paged cache's
+blocks gathered whole and cut to the longest request); causal self-attention of equal lengths
+(a prefill) takes the fused causal kernel with the heads unfolded and no mask; rows with
 softmax_lse run the explicit float32 softmax.  Reference: float64, one request at a time.
 """
 
@@ -77,6 +79,9 @@ def _fia_case(plan: FiaPlan, device: "torch.device") -> FiaCase:
     if plan.layout == "TND" and not plan.block_size and len(set(plan.kv_lens)) > 1:
         kv_index = padded_index(plan.kv_lens, span, device)
     causal = plan.sparse_mode == 3 and seq > 1
+    if causal and not plan.with_lse and len(set(plan.q_lens)) == 1 and set(plan.kv_lens) == {seq}:
+        # every request attends causally over its own tokens: top-left causal is rightDownCausal
+        return FiaCase(plan, q_index, out_index, kv_index, None, is_causal=True)
     if causal or any(n < span for n in plan.kv_lens):
         mask = visible_mask(plan.q_lens, plan.kv_lens, span, causal, device)  # [B, S, L]
         group = plan.heads // plan.kv_heads  # the G heads of a KV head share it
@@ -91,11 +96,11 @@ def _kv_batches(key: "torch.Tensor", value: "torch.Tensor", key_rope: "torch.Ten
 
     plan = case.plan
     if table is not None:
-        ids = table[:, : plan.kv_span // plan.block_size].long()
+        ids, span = table[:, : plan.kv_blocks].long(), plan.kv_span
         k = gather_blocks(key, ids, plan.kv_heads, plan.head_dim, plan.cache_bnsd)
         if key_rope is not None:
             k = torch.cat((k, gather_blocks(key_rope, ids, plan.kv_heads, plan.rope_dim, plan.cache_bnsd)), -1)
-        return k, gather_blocks(value, ids, plan.kv_heads, plan.value_dim, plan.cache_bnsd)
+        return k[:, :span], gather_blocks(value, ids, plan.kv_heads, plan.value_dim, plan.cache_bnsd)[:, :span]
     if key_rope is not None:
         key = torch.cat((key, key_rope), -1)
     if plan.layout == "TND":
@@ -118,9 +123,12 @@ def _query_batches(query: "torch.Tensor", case: FiaCase) -> "torch.Tensor":
 
 
 def _out_layout_of(out: "torch.Tensor", case: FiaCase) -> "torch.Tensor":
-    """[B, KV_N, G*S, Dv] (heads of a group folded into the sequence) -> the row's output layout."""
+    """[B, KV_N, G*S, Dv] (heads of a group folded into the sequence) or, causal, [B, N, S, Dv] ->
+    the row's output layout (reshape copies only where the layouts differ in memory)."""
     plan = case.plan
     batch, seq, dv = plan.batch, max(plan.q_lens), out.shape[-1]
+    # splitting one dimension is a view whatever the others' strides (the causal kernel's output
+    # lies [B, S, N, Dv] in memory)
     grouped = out.view(batch, plan.kv_heads, plan.heads // plan.kv_heads, seq, dv)
     if plan.out_layout == "BNSD":
         return grouped.reshape(batch, plan.heads, seq, dv)
@@ -235,6 +243,12 @@ class FusedInferAttentionScoreReplay(OpReplay):
             query = torch.cat((query, query_rope), -1)
         q = _query_batches(query, case)  # [B, S, N, D]
         batch, seq, _, dim = q.shape
+        if case.is_causal:  # the fused causal kernel (flash attention where the device has it)
+            k, v = (t.transpose(1, 2) for t in _kv_batches(key, value, key_rope, table, case))
+            gqa = plan.heads != plan.kv_heads
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, is_causal=True, scale=plan.scale,
+                                                 enable_gqa=gqa)  # fmt: skip
+            return _out_layout_of(out, case)
         # the G query heads sharing a KV head become G*S query rows of that head: GQA without repeating K/V
         q = q.view(batch, seq, plan.kv_heads, -1, dim).permute(0, 2, 3, 1, 4).reshape(batch, plan.kv_heads, -1, dim)
         k, v = _kv_batches(key, value, key_rope, table, case)
