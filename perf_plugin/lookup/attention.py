@@ -7,7 +7,9 @@ per-request lengths from the shapes and the ``avg_seq_len`` / ``Runtime ...`` co
 the same layouts, heads, head dims, paging and mask form one family; inside it the efficiency
 against the roofline (``roofline.py``) is interpolated in ``log batch, log query length, log KV
 length`` and ``log`` of the KV spread (the longest request's KV length over the mean: 1 for even
-lengths) (``efficiency.py``), and the query's time is its roofline time over that efficiency.
+lengths) (``efficiency.py``), plus the deviation the family's other series show at the query's
+value of the interpolated axis (``transfer.py``: an attention kernel's plan changes when the KV
+length leaves a single block), and the query's time is its roofline time over that efficiency.
 """
 
 from __future__ import annotations
@@ -101,4 +103,5 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
         target, axes = (*target[:2], target[3]), ("batch", "sequence length", "KV spread")
     return efficiency.answer(query, points, target, axes, ideal, "attention", used,
                              "fewer than two measured rows of these layouts, heads, dims and mask",
-                             narrowest=True)  # no axis shares more with the query than another
+                             narrowest=True,  # no axis shares more with the query than another
+                             carry=True)  # every other batch, length and spread of the family

@@ -5,7 +5,9 @@ and a skinny one is bound by the bytes of its weight rather than by its ``2*M*N*
 A measured row's efficiency is its roofline time (``roofline.py``: the device's measured peaks)
 over its measured time; between measured rows of the same dtypes, weight layout and formats the
 efficiency is interpolated in ``log M, log N, log K`` (``hull.py``: one dimension first, then two,
-then three), and the query's time is its own roofline time over that efficiency.  Without a peaks
+then three), plus the deviation other weights of similar size show at the query's token count
+(``transfer.py``: the library's choice of kernel there), and the query's time is its own
+roofline time over that efficiency.  Without a peaks
 file the efficiency is operations per microsecond, the same method with a constant peak.  A query
 outside the rows' hull gets no answer here; the lookup says so and gives the roofline instead.
 """
@@ -18,11 +20,14 @@ from dataclasses import dataclass
 from perf_plugin.database.shapes import Shape
 from perf_plugin.lookup import efficiency
 from perf_plugin.lookup.answer import NONE, Answer, Query
+from perf_plugin.lookup.transfer import within
 from perf_plugin.lookup.peaks import DevicePeaks
 from perf_plugin.lookup.roofline import Work, element_size, scale
 from perf_plugin.lookup.rows import MeasuredRow
 
 DIMS = ("M", "N", "K")
+# weights within 2x of the query's N * K meet the same family of kernels (transfer.py)
+WEIGHTS_ALIKE = within(2.0)
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,8 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
     ideal = scale(query_work, used)
     assert ideal is not None
     return efficiency.answer(query, points, tuple(map(float, wanted.dims)), DIMS, ideal, "GEMM", used,
-                             "fewer than two measured rows of these dtypes, layout and formats")
+                             "fewer than two measured rows of these dtypes, layout and formats",
+                             carry=WEIGHTS_ALIKE)
 
 
 def _present_dtypes(shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> tuple[str, ...]:

@@ -33,6 +33,7 @@ class Estimate:
     lines: tuple[int, ...]
     axes: tuple[str, ...]  # the axes it interpolates over
     method: str
+    bracket: tuple[float, float] | None = None  # along one axis: the two measured values around the query
 
 
 def merge(points: Sequence[Point]) -> list[Point]:
@@ -100,7 +101,8 @@ def _bracket(points: Sequence[Point], coords: Sequence[tuple[float, ...]], chose
     value = points[low].value + share * (points[high].value - points[low].value)
     lines = points[low].lines + (points[high].lines if high != low else ())
     lo, hi = _text(points[low].raw[axis]), _text(points[high].raw[axis])
-    return x1 - x0, Estimate(value, lines, (names[axis],), f"linear in {names[axis]} between {lo} and {hi}")
+    return x1 - x0, Estimate(value, lines, (names[axis],), f"linear in {names[axis]} between {lo} and {hi}",
+                             (points[low].raw[axis], points[high].raw[axis]))
 
 
 def _simplex(points: Sequence[Point], coords: Sequence[tuple[float, ...]], chosen: Sequence[int],

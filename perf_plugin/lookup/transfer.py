@@ -1,0 +1,74 @@
+"""A kernel's choice at one point of an axis, carried over from the family's other measured series.
+
+Between two measured values of an axis a family's efficiency is interpolated (``hull.py``).  Where
+the library picks another kernel at the query's value the two neighbours cannot show it: cuBLAS
+changes tile shapes and split-K at token counts that are not multiples of its tiles (160, 320 or
+448 rows can take longer than 192, 384 or 512), an attention kernel changes its plan when the KV
+length leaves a single block.  Other series of the family (the rows that differ from the query on
+other axes: other weights, other batch sizes), measured at the query's value and at the same two
+neighbours, do show it: how far their efficiency at the query's value lies off the line between
+the neighbours (log efficiency over the log axis) is that choice.  The median of those deviations,
+from at least ``MIN_SERIES`` similar series, is added to the query's interpolated log efficiency.
+
+Measured on the H100 and H200 (docs/lookup.md, "How well it answers").
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+
+from perf_plugin.lookup.hull import Estimate, Point
+
+MIN_SERIES = 3  # fewer deviations than this are one series' accident, not the library's choice
+
+# whether the series at these other-axis values is like the query's (the query's first)
+Similar = Callable[[tuple[float, ...], tuple[float, ...]], bool]
+
+
+def carry_deviation(points: Sequence[Point], target: tuple[float, ...], found: Estimate, names: Sequence[str],
+                    similar: Similar | None = None) -> Estimate:
+    """``found`` (an interpolation along one axis between two measured values) plus the median
+    deviation the other ``similar`` series show at the query's value of that axis; unchanged where
+    it is no such interpolation or fewer than ``MIN_SERIES`` series measured all three values."""
+    if len(found.axes) != 1 or found.bracket is None:
+        return found
+    axis = list(names).index(found.axes[0])
+    low, high, at = *found.bracket, target[axis]
+    span = math.log(high) - math.log(low)
+    if span <= 0:
+        return found
+    share = (math.log(at) - math.log(low)) / span
+    series: dict[tuple[float, ...], dict[float, Point]] = {}
+    for point in points:
+        series.setdefault(_without(point.raw, axis), {})[point.raw[axis]] = point
+    mine = _without(target, axis)
+    deviations: list[float] = []
+    lines: list[int] = []
+    for key, along in series.items():
+        if key == mine or (similar is not None and not similar(mine, key)):
+            continue
+        if at in along and low in along and high in along:
+            line = along[low].value + share * (along[high].value - along[low].value)
+            deviations.append(along[at].value - line)
+            lines += [*along[at].lines, *along[low].lines, *along[high].lines]
+    if len(deviations) < MIN_SERIES:
+        return found
+    deviation = statistics.median(deviations)
+    return Estimate(found.value + deviation, found.lines + tuple(lines), found.axes,
+                    f"{found.method}, plus the median deviation at {found.axes[0]} {at:g} "
+                    f"({deviation:+.3f} log efficiency) of {len(deviations)} other series", found.bracket)
+
+
+def _without(raw: tuple[float, ...], axis: int) -> tuple[float, ...]:
+    """The other axes' values: which series a point belongs to."""
+    return raw[:axis] + raw[axis + 1:]
+
+
+def within(ratio: float) -> Similar:
+    """Series whose other axes' product lies within ``ratio`` of the query's (a GEMM's weight size
+    N * K: weights of a similar size meet the same family of kernels)."""
+    def test(mine: tuple[float, ...], other: tuple[float, ...]) -> bool:
+        return abs(math.log(math.prod(other) / math.prod(mine))) <= math.log(ratio)
+    return test

@@ -1,0 +1,69 @@
+"""The deviation a family's other series show at the query's value of an axis (``lookup/transfer.py``):
+a GEMM library's kernel choice at one token count, carried from weights of a similar size."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from perf_plugin.lookup import hull, lookup, transfer
+from perf_plugin.lookup.answer import INTERPOLATED
+from tests.test_lookup_families import _database, _gemm, _gemm_csv, _roofline_us
+
+QUERY_WEIGHT = (4096, 4096)
+ALIKE = [(8192, 4096), (2048, 4096), (4096, 8192)]  # N * K within 2x of the query's
+FAR = (512, 512)  # 64x smaller: another family of kernels
+
+
+def _rows(alike: list[tuple[int, int]]) -> list[tuple[int, int, int, float]]:
+    """Every weight at 2x its roofline at M 128 and 192; at M 160 the alike weights take 3x (the
+    library's poor choice there), the far one 1x; the query's weight was not measured at 160."""
+    rows = []
+    for n, k in [QUERY_WEIGHT, *alike, FAR]:
+        for m in (128, 160, 192):
+            if (n, k) == QUERY_WEIGHT and m == 160:
+                continue
+            factor = 2.0 if m != 160 else (1.0 if (n, k) == FAR else 3.0)
+            rows.append((m, n, k, factor * _roofline_us(m, n, k)))
+    return rows
+
+
+def test_the_choice_at_a_token_count_is_carried_from_alike_weights(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    _gemm_csv(db, _rows(ALIKE))
+    answer = lookup(db, _gemm(160, *QUERY_WEIGHT))
+    assert answer.provenance == INTERPOLATED
+    assert answer.duration_us == pytest.approx(3.0 * _roofline_us(160, *QUERY_WEIGHT), rel=1e-9)
+    assert "median deviation at M 160" in answer.column and "of 3 other series" in answer.column
+    assert len(answer.rows) == 2 + 3 * 3  # the two neighbours, then each alike weight's three rows
+
+
+def test_too_few_alike_weights_leave_the_interpolation_alone(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    _gemm_csv(db, _rows(ALIKE[:2]))  # two alike weights (and the far one) measured M 160
+    answer = lookup(db, _gemm(160, *QUERY_WEIGHT))
+    assert answer.provenance == INTERPOLATED and "deviation" not in answer.column
+    # 2x the roofline at both neighbours: 2x at the query, in the log of the efficiency
+    assert answer.duration_us == pytest.approx(2.0 * _roofline_us(160, *QUERY_WEIGHT), rel=1e-9)
+
+
+def test_any_axis_of_a_family_carries_its_series_deviation() -> None:
+    """Attention-like points (KV length, batch): the other batches' deviation at KV 192."""
+    points = [hull.Point((kv, b), 0.0 if kv != 192 else -0.5, (i,))
+              for i, (kv, b) in enumerate((kv, b) for b in (1, 2, 4, 8) for kv in (128, 192, 256))
+              if (kv, b) != (192, 2)]
+    names = ("KV length", "batch")
+    found = hull.estimate(points, (192.0, 2.0), names, (math.log, math.log))
+    assert isinstance(found, hull.Estimate) and found.axes == ("KV length",) and found.bracket == (128, 256)
+    assert found.value == 0.0
+    carried = transfer.carry_deviation(points, (192.0, 2.0), found, names)
+    assert carried.value == pytest.approx(-0.5) and "of 3 other series" in carried.method
+    alike_only = transfer.carry_deviation(points, (192.0, 2.0), found, names, transfer.within(2.0))
+    assert alike_only.value == found.value  # batches 1 and 4 only: too few
+
+
+def test_an_estimate_at_a_measured_position_or_over_two_axes_is_unchanged() -> None:
+    over_two = hull.Estimate(0.25, (1, 2, 3), ("M", "N"), "barycentric")
+    assert transfer.carry_deviation([], (1.0, 2.0, 3.0), over_two, ("M", "N", "K")) is over_two
