@@ -5,13 +5,18 @@
 #   bash reproduce/lookup_accuracy_cuda.sh others OUT_DIR   # MoE grouped GEMMs over expert load, RmsNorm/Add/SwiGlu
 #   bash reproduce/lookup_accuracy_cuda.sh attention OUT_DIR  # FIA decode/prefill over KV length distributions
 #                                                             # (both: reproduce/lookup_grid.yaml)
+# and the same kernels at twice the density in token counts, batch sizes and lengths
+# (reproduce/lookup_grid_dense.yaml), each into its own OUT_DIR:
+#   bash reproduce/lookup_accuracy_cuda.sh dense-gemm OUT_DIR       # bf16 and fp8 GEMMs, 6096 rows
+#   bash reproduce/lookup_accuracy_cuda.sh dense-others OUT_DIR     # RmsNorm/Add/SwiGlu, 720 rows
+#   bash reproduce/lookup_accuracy_cuda.sh dense-attention OUT_DIR  # FIA with even KV lengths, 1160 rows
 # then, anywhere:
 #   python benchmarks/lookup_accuracy.py --database-path OUT_DIR/db --roofline --policy --plots OUT_DIR/plots
 #
 # Prerequisites: a CUDA GPU, this project installed (pip install -e .). Each part takes minutes; an
 # interrupted run keeps what it measured (write-back on SIGINT), and a rerun measures only the rest.
 set -euo pipefail
-part=${1:?gemm, others or attention}
+part=${1:?gemm, others, attention or dense-gemm, dense-others, dense-attention}
 out=${2:?output directory}
 db="$out/db"
 mkdir -p "$db"
@@ -44,8 +49,24 @@ attention)
         --kernel-types FusedInferAttentionScore --target-models llama-3.1-8b
     run_bench -k FusedInferAttentionScore
     ;;
+dense-*)
+    [ -f "$db/device_peaks.yaml" ] || perfdb peaks --database-path "$db"
+    here=$(cd "$(dirname "$0")" && pwd)
+    dense() { perfdb grid --config "$here/lookup_grid_dense.yaml" --database-path "$db" --rows 100000 \
+        --max-hbm-gb 40 --kernel-types "$1" --target-models "$2"; }
+    case "$part" in
+    dense-gemm) kinds=MatMulV2,aten._scaled_mm models=llama-3.1-8b,qwen3-32b,llama-3.1-70b
+        select="MatMulV2 or _scaled_mm" ;;
+    dense-others) kinds=RmsNorm,Add,SwiGlu models=llama-3.1-8b,qwen3-32b,llama-3.1-70b
+        select="RmsNorm or Add or SwiGlu" ;;
+    dense-attention) kinds=FusedInferAttentionScore models=llama-3.1-8b select=FusedInferAttentionScore ;;
+    *) echo "part: dense-gemm, dense-others or dense-attention" >&2; exit 2 ;;
+    esac
+    dense "$kinds" "$models"
+    run_bench -k "$select"
+    ;;
 *)
-    echo "part: gemm, others or attention" >&2
+    echo "part: gemm, others, attention, dense-gemm, dense-others or dense-attention" >&2
     exit 2
     ;;
 esac

@@ -140,3 +140,22 @@ def test_python_dash_m_runs_the_subcommand(tmp_path: Path) -> None:
     listing = subprocess.run([sys.executable, "-m", "perf_plugin.grid", "--list-models"], cwd=REPO,
                              capture_output=True, text=True, check=True).stdout
     assert "deepseek-v3" in listing and "tp 1,4,8,16, ep 8,16,32,64" in listing
+
+
+REPRODUCE = Path(__file__).resolve().parent.parent / "reproduce"
+# the parts of reproduce/lookup_accuracy_cuda.sh and the rows its header says each writes
+LOOKUP_GRIDS = [
+    ("lookup_grid_dense.yaml", "MatMulV2,aten._scaled_mm", "llama-3.1-8b,qwen3-32b,llama-3.1-70b", 6096),
+    ("lookup_grid_dense.yaml", "RmsNorm,Add,SwiGlu", "llama-3.1-8b,qwen3-32b,llama-3.1-70b", 720),
+    ("lookup_grid_dense.yaml", "FusedInferAttentionScore", "llama-3.1-8b", 1160),
+    ("lookup_grid.yaml", "FusedInferAttentionScore", "llama-3.1-8b", 988),
+]
+
+
+@pytest.mark.parametrize("config,kernel_types,models,rows", LOOKUP_GRIDS, ids=[g[1] + "@" + g[0] for g in LOOKUP_GRIDS])
+def test_the_lookup_accuracy_grids_write_the_rows_their_script_names(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], config: str, kernel_types: str, models: str,
+        rows: int) -> None:  # fmt: skip
+    assert main(["grid", "--config", str(REPRODUCE / config), "--database-path", str(tmp_path), "--rows", "100000",
+                 "--max-hbm-gb", "40", "--kernel-types", kernel_types, "--target-models", models, "--dry-run"]) == 0
+    assert f"would write {rows} rows" in capsys.readouterr().out
