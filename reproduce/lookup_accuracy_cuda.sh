@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The databases behind the lookup accuracy figures on CUDA (docs/perfdb.md, "How well lookup answers").
+# The databases behind the lookup accuracy figures on CUDA (docs/lookup.md, "How well it answers").
 #
 #   bash reproduce/lookup_accuracy_cuda.sh gemm   OUT_DIR   # peaks; bf16 and fp8 GEMMs of three dense models
 #   bash reproduce/lookup_accuracy_cuda.sh others OUT_DIR   # MoE grouped GEMMs over expert load, RmsNorm/Add/SwiGlu
