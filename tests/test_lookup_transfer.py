@@ -58,7 +58,7 @@ def test_any_axis_of_a_family_carries_its_series_deviation() -> None:
     found = hull.estimate(points, (192.0, 2.0), names, (math.log, math.log))
     assert isinstance(found, hull.Estimate) and found.axes == ("KV length",) and found.bracket == (128, 256)
     assert found.value == 0.0
-    carried = transfer.carry_deviation(points, (192.0, 2.0), found, names)
+    carried = transfer.carry_deviation(points, (192.0, 2.0), found, names, transfer.every_series)
     assert carried.value == pytest.approx(-0.5) and "of 3 other series" in carried.method
     alike_only = transfer.carry_deviation(points, (192.0, 2.0), found, names, transfer.within(2.0))
     assert alike_only.value == found.value  # batches 1 and 4 only: too few
@@ -66,4 +66,4 @@ def test_any_axis_of_a_family_carries_its_series_deviation() -> None:
 
 def test_an_estimate_at_a_measured_position_or_over_two_axes_is_unchanged() -> None:
     over_two = hull.Estimate(0.25, (1, 2, 3), ("M", "N"), "barycentric")
-    assert transfer.carry_deviation([], (1.0, 2.0, 3.0), over_two, ("M", "N", "K")) is over_two
+    assert transfer.carry_deviation([], (1.0, 2.0, 3.0), over_two, ("M", "N", "K"), transfer.every_series) is over_two

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import astuple
 
-from perf_plugin.lookup import efficiency, hull
+from perf_plugin.lookup import efficiency, hull, transfer
 from perf_plugin.lookup.answer import NONE, Answer, Query
 from perf_plugin.lookup.peaks import DevicePeaks
 from perf_plugin.lookup.roofline import Work, element_size, scale
@@ -104,4 +104,4 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
     return efficiency.answer(query, points, target, axes, ideal, "attention", used,
                              "fewer than two measured rows of these layouts, heads, dims and mask",
                              narrowest=True,  # no axis shares more with the query than another
-                             carry=True)  # every other batch, length and spread of the family
+                             carry=transfer.every_series)

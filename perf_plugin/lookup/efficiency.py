@@ -31,10 +31,10 @@ def against(used: DevicePeaks | None) -> str:
 def answer(query: Query, points: Sequence[hull.Point], target: tuple[float, ...], axes: Sequence[str],
            ideal: float, label: str, used: DevicePeaks | None, too_few: str,
            details: dict[str, float] | None = None, narrowest: bool = False,
-           carry: transfer.Similar | bool = False) -> Answer:
+           carry: transfer.Similar | None = None) -> Answer:
     """The query's time from the ``points`` of its family: its ``ideal`` time over their
     interpolated efficiency (log axes), or no answer saying why (``too_few`` rows, outside the hull).
-    With ``carry`` (True, or which series are alike) an interpolation along one axis takes the
+    With ``carry`` (which series are alike) an interpolation along one axis takes the
     deviation the family's other series show at the query's value (``transfer.py``)."""
     if len(points) < 2:
         return Answer(query, NONE, reason=too_few)
@@ -42,8 +42,8 @@ def answer(query: Query, points: Sequence[hull.Point], target: tuple[float, ...]
     found = hull.estimate(merged, target, axes, (math.log,) * len(axes), narrowest=narrowest)
     if isinstance(found, str):
         return _nearest_held(query, merged, target, axes, ideal, label, used, found)
-    if carry is not False:
-        found = transfer.carry_deviation(merged, target, found, axes, None if carry is True else carry)
+    if carry is not None:
+        found = transfer.carry_deviation(merged, target, found, axes, carry)
     efficiency = math.exp(found.value)
     return Answer(query, INTERPOLATED, ideal / efficiency, found.lines,
                   f"{label} efficiency against {against(used)}, {found.method} (log axes, log efficiency)",

@@ -7,8 +7,8 @@ over its measured time; between measured rows of the same dtypes, weight layout 
 efficiency is interpolated in ``log M, log N, log K`` (``hull.py``: one dimension first, then two,
 then three), plus the deviation other weights of similar size show at the query's token count
 (``transfer.py``: the library's choice of kernel there), and the query's time is its own
-roofline time over that efficiency.  Without a peaks
-file the efficiency is operations per microsecond, the same method with a constant peak.  A query
+roofline time over that efficiency.  Without a peaks file the efficiency is operations per
+microsecond, the same method with a constant peak.  A query
 outside the rows' hull gets no answer here; the lookup says so and gives the roofline instead.
 """
 
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from perf_plugin.database.shapes import Shape
 from perf_plugin.lookup import efficiency
 from perf_plugin.lookup.answer import NONE, Answer, Query
-from perf_plugin.lookup.transfer import within
 from perf_plugin.lookup.peaks import DevicePeaks
 from perf_plugin.lookup.roofline import Work, element_size, scale
 from perf_plugin.lookup.rows import MeasuredRow
+from perf_plugin.lookup.transfer import within
 
 DIMS = ("M", "N", "K")
 # weights within 2x of the query's N * K meet the same family of kernels (transfer.py)

@@ -28,7 +28,7 @@ Similar = Callable[[tuple[float, ...], tuple[float, ...]], bool]
 
 
 def carry_deviation(points: Sequence[Point], target: tuple[float, ...], found: Estimate, names: Sequence[str],
-                    similar: Similar | None = None) -> Estimate:
+                    similar: Similar) -> Estimate:
     """``found`` (an interpolation along one axis between two measured values) plus the median
     deviation the other ``similar`` series show at the query's value of that axis; unchanged where
     it is no such interpolation or fewer than ``MIN_SERIES`` series measured all three values."""
@@ -47,7 +47,7 @@ def carry_deviation(points: Sequence[Point], target: tuple[float, ...], found: E
     deviations: list[float] = []
     lines: list[int] = []
     for key, along in series.items():
-        if key == mine or (similar is not None and not similar(mine, key)):
+        if key == mine or not similar(mine, key):
             continue
         if at in along and low in along and high in along:
             line = along[low].value + share * (along[high].value - along[low].value)
@@ -64,6 +64,11 @@ def carry_deviation(points: Sequence[Point], target: tuple[float, ...], found: E
 def _without(raw: tuple[float, ...], axis: int) -> tuple[float, ...]:
     """The other axes' values: which series a point belongs to."""
     return raw[:axis] + raw[axis + 1:]
+
+
+def every_series(mine: tuple[float, ...], other: tuple[float, ...]) -> bool:
+    """Every other series of the family (attention: its other batches, lengths and spreads)."""
+    return True
 
 
 def within(ratio: float) -> Similar:

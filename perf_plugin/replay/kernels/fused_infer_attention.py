@@ -79,7 +79,7 @@ def _fia_case(plan: FiaPlan, device: "torch.device") -> FiaCase:
     if plan.layout == "TND" and not plan.block_size and len(set(plan.kv_lens)) > 1:
         kv_index = padded_index(plan.kv_lens, span, device)
     causal = plan.sparse_mode == 3 and seq > 1
-    if causal and not plan.with_lse and len(set(plan.q_lens)) == 1 and set(plan.kv_lens) == {seq}:
+    if causal and not plan.with_lse and set(plan.q_lens) == set(plan.kv_lens) == {seq}:
         # every request attends causally over its own tokens: top-left causal is rightDownCausal
         return FiaCase(plan, q_index, out_index, kv_index, None, is_causal=True)
     if causal or any(n < span for n in plan.kv_lens):
