@@ -11,7 +11,7 @@ import pytest
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.reuse_cell import parse_reuse_cell, reuse_cell
 from perf_plugin.database.schema import PROFILING_INPUT_REUSE, PROFILING_KERNELS
-from perf_plugin.ingest.input_reuse import reuse_distances
+from perf_plugin.ingest.input_reuse import ONE_WAVE_ELEMENTS, reads_after_write, reuse_distances
 from perf_plugin.ingest.pipeline import ingest_path
 from perf_plugin.trace.mapped import MappedOp, Slot
 
@@ -43,6 +43,48 @@ def test_traffic_in_between_adds_to_the_distance_and_a_parameter_has_none() -> N
     gemm_out_written = x_bytes + (x_bytes + weight_bytes) / 2
     assert distances[3][0] == x_bytes + x_bytes + weight_bytes + x_bytes - gemm_out_written + (4 * 2**20 + 256 + 4 * 2**20)
     assert distances[3][1] == math.inf and distances[2] == (math.inf, math.inf)
+
+
+def test_a_decode_gemm_writes_its_output_after_all_its_reads() -> None:
+    """The vocabulary projection of a decode step streams 197 MB of weights and writes 64 KB of
+    logits in one wave of tiles: the argmax after it finds them as fresh as the logits' bytes."""
+    logits = (1, 32064)
+    gemm = op([((1, 3072), BF16), ((32064, 3072), BF16)], [(logits, BF16)])
+    argmax = op([((1, 1, 32064), BF16)], [((1, 1), "INT64")])
+    assert reuse_distances([gemm, argmax])[1] == (32064 * 2,)
+    # the same bytes written by an element-wise operator were written halfway through its reads
+    cast = op([((1, 32064), F32)], [(logits, BF16)])
+    assert reuse_distances([cast, argmax])[1] == (32064 * 4 / 2 + 32064 * 2,)
+
+
+def test_a_contraction_over_several_waves_writes_a_tile_before_the_later_waves_reads() -> None:
+    rows = 4 * ONE_WAVE_ELEMENTS // 1024  # four waves of output tiles
+    weight = (1024, 64 * 1024)  # read 64x the bytes written: a contraction
+    gemm = op([((rows, 64 * 1024), BF16), (weight, BF16)], [((rows, 1024), BF16)])
+    read = (rows * 64 * 1024 + weight[0] * weight[1]) * 2
+    assert reads_after_write(gemm) == read / 2 * (1 - 1 / 4)
+    consumer = op([((rows, 1024), BF16)], [((rows, 1024), BF16)])
+    assert reuse_distances([gemm, consumer])[1] == (read / 2 * (1 - 1 / 4) + rows * 1024 * 2,)
+    assert reads_after_write(op([((rows, 1024), BF16)], [((rows, 1024), BF16)])) == rows * 1024 * 2 / 2
+
+
+def test_keys_built_by_copies_into_slices_of_one_buffer_are_read_whole() -> None:
+    """MLA decode: ``k = new_empty(...)``, then ``k[..., :128].copy_(nope)`` and
+    ``k[..., 128:].copy_(rope)``; attention reads ``k`` whole, written by the last copy."""
+    strides = (1575936, 98496, 192, 1)
+    in_place = '{"overload":"default","args":[{"tensor":0},{"tensor":1},false],"operator":"copy_"}'
+
+    def copy(width: int, arguments: str) -> MappedOp:
+        view = Slot((1, 16, 513, width), BF16)
+        return MappedOp("aten.copy", (view, Slot((1, 16, 513, width), BF16)), (view,), (strides, None), arguments)
+
+    attention = op([((1, 16, 1, 192), BF16), ((1, 16, 513, 192), BF16)], [((1, 16, 1, 192), BF16)])
+    rope_bytes = 16 * 513 * 64 * 2
+    distances = reuse_distances([copy(128, in_place), copy(64, in_place), attention])
+    # the last copy read its view and its source (half of both before the write) and wrote the view
+    assert distances[2] == (math.inf, 2 * rope_bytes / 2 + rope_bytes)
+    # an out-of-place operator reading a strided view writes a tensor of its own
+    assert reuse_distances([copy(128, ""), copy(64, ""), attention])[2] == (math.inf, math.inf)
 
 
 def test_a_broadcast_operand_matches_only_an_output_of_its_very_shape() -> None:

@@ -25,8 +25,15 @@ the allocator's events, an output released before the consumer started is no can
 The distance is the bytes the device moved between the tensor's last use and this read, as a
 cache that evicts the least recently used lines sees it: every operator's inputs and outputs in
 between, and of the operator that last used it (its producer, or an earlier reader) its outputs
-and half of its inputs (an element is written or read on average halfway through an operator,
-whose later reads compete for the cache).  A norm's float32 copy of the activations, read by
+and the share of its inputs it read after the write (``reads_after_write``).  An element-wise
+operator writes as it reads, so an element is written on average halfway through its reads.  A
+contraction (a GEMM, attention, a reduction: it reads many times the bytes it writes) writes
+each output tile after the tile's last read; where all its tiles fit one wave of the device
+(a decode GEMM's few output columns, a split-K reduction) every write comes after every read,
+and the next kernel finds the output in the cache however many weights were streamed.  Counting
+half the reads there put a decode step's logits 98 MB away from the ``argmax`` that reads them
+(half of a 197 MB vocabulary projection) and the replays evicted what the model found cached:
+1.16-1.20x their in-model durations on an H200.  A norm's float32 copy of the activations, read by
 ``pow`` and then scaled, is as far as the traffic after ``pow``, not after its write.  A read
 counts only where no other live tensor could have been the one read.  An input no earlier operator produced (a
 model's parameter, data from before the profile) has no distance.
@@ -54,6 +61,7 @@ from dataclasses import dataclass
 
 from perf_plugin.database.shapes import numel
 from perf_plugin.database.signature import normalise_dtype
+from perf_plugin.replay.aten_call import recorded_operator
 from perf_plugin.replay.tensors import DTYPES
 from perf_plugin.trace.args import Shape, broadcast, is_contiguous
 from perf_plugin.trace.mapped import MappedOp, Slot
@@ -62,6 +70,16 @@ from perf_plugin.trace.mapped import MappedOp, Slot
 # latest outputs are the likely producers, and older ones are long overwritten in the cache.
 _KEPT_PER_COUNT = 8
 _KEPT_FOR_VIEWS = 64
+# An operator that reads this many times the bytes it writes is a contraction (``reads_after_write``):
+# a decode GEMM reads its weights thousands of times over, a prefill GEMM 6-10 times, an
+# element-wise operator one to three.
+CONTRACTION_RATIO = 16
+# The output elements one wave of a contraction's tiles covers: 132 SMs (H100, H200) times 512,
+# the widest tile of the decode GEMMs seen.  cuBLAS widens a decode GEMM's tile until its output
+# fits one wave where it can (on an H200: 256 columns for a 32064-word vocabulary, 384 for 50304,
+# and 512 for 102400, which still takes 1.5 waves).  A prefill GEMM's output spans many such
+# waves, and is counted as written throughout, as an element-wise operator's is.
+ONE_WAVE_ELEMENTS = 2**16
 
 
 @dataclass(frozen=True)
@@ -149,18 +167,62 @@ def reuse_distances(
             read_now += [chosen] if chosen is not None and sole else []
         distances.append(tuple(per_slot))
         read = sum(slot_bytes(slot) for slot in op.inputs)
-        # read halfway through this operator, as its outputs are written; only a read whose tensor
+        # read halfway through this operator; only a read whose tensor
         # no other could be counts, since a wrong pairing refreshed by every read would keep a
         # tensor long evicted (a layer's key cache read as its value cache) in the cache
         for written in read_now:
             outputs.read_at[written.serial] = moved + read / 2
         ends = released[index] if released is not None else ()
+        written_at = moved + read - reads_after_write(op)
         for position, slot in enumerate(op.outputs):
             if slot.shape is not None:
                 end = ends[position] if position < len(ends) else None
-                outputs.add(slot, moved + read / 2, index, end, now)
+                outputs.add(slot, written_at, index, end, now)
+        for base in written_base(op):
+            outputs.add(base, written_at, index, None, now)
         moved += read + sum(slot_bytes(slot) for slot in op.outputs)
     return distances
+
+
+def reads_after_write(op: MappedOp) -> float:
+    """The bytes of its inputs ``op`` reads, on average, after writing an output element.
+
+    Half its reads for an element-wise operator.  A contraction (at least ``CONTRACTION_RATIO``
+    times the bytes read that it writes) writes a tile after the tile's reads; of ``W`` waves of
+    tiles (its output elements over ``ONE_WAVE_ELEMENTS``) the average tile is followed by
+    ``(W - 1) / 2W`` of the reads: none in one wave, half in many."""
+    read = sum(slot_bytes(slot) for slot in op.inputs)
+    written = sum(slot_bytes(slot) for slot in op.outputs)
+    if read < CONTRACTION_RATIO * written or written == 0:
+        return read / 2
+    waves = sum(numel(slot.shape) for slot in op.outputs if slot.shape is not None) / ONE_WAVE_ELEMENTS
+    return read / 2 * max(0.0, 1.0 - 1.0 / waves) if waves > 0 else 0.0
+
+
+def written_base(op: MappedOp) -> list[Slot]:
+    """The whole tensor an in-place operator wrote through a strided view of it (its ``self``).
+
+    A decode step of MLA attention builds each layer's keys in one buffer, by two copies into
+    slices of its last dimension, and attention reads the buffer whole: without it, those keys
+    had no producer and their replay read them from memory, where the model found them in the
+    cache.  The buffer's shape follows from the view's strides (row-major, each stride a multiple
+    of the next); a view whose strides do not describe one (a broadcast) gives none."""
+    if not op.inputs or not op.strides or not recorded_operator(op.arguments):
+        return []
+    slot, strides = op.inputs[0], op.strides[0]
+    if slot.shape is None or strides is None or is_contiguous(slot.shape, strides):
+        return []
+    base = _enclosing_shape(tuple(slot.shape), tuple(strides))
+    return [] if base is None else [Slot(base, slot.dtype)]
+
+
+def _enclosing_shape(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    if not shape or len(shape) != len(strides) or strides[-1] != 1 or any(s <= 0 for s in strides):
+        return None
+    if any(outer % inner for outer, inner in zip(strides, strides[1:])):
+        return None
+    base = (shape[0], *(outer // inner for outer, inner in zip(strides, strides[1:])))
+    return base if all(whole >= part for whole, part in zip(base, shape)) else None
 
 
 def _producer(
