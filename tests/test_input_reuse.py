@@ -87,6 +87,17 @@ def test_keys_built_by_copies_into_slices_of_one_buffer_are_read_whole() -> None
     assert reuse_distances([copy(128, ""), copy(64, ""), attention])[2] == (math.inf, math.inf)
 
 
+def test_a_tensor_concatenated_with_itself_is_read_in_both_slots() -> None:
+    """Rotary embedding's ``cat((freqs, freqs), -1)``: one table in both slots, not a parameter;
+    an element-wise operator's second input of the same shape stays without a writer."""
+    freqs = op([], [((1, 32, 1), F32)])  # a transposed view of it is read as [1,1,32]
+    halves = (Slot((1, 1, 32), F32), Slot((1, 1, 32), F32))
+    cat = MappedOp("ConcatD", halves, (Slot((1, 1, 64), F32),))
+    assert reuse_distances([freqs, cat])[1] == (128, 128)
+    add = MappedOp("Add", halves, (Slot((1, 1, 32), F32),))
+    assert reuse_distances([freqs, add])[1] == (128, math.inf)
+
+
 def test_a_broadcast_operand_matches_only_an_output_of_its_very_shape() -> None:
     """A norm's weight [4096] times activations [1,1,4096]: the element count alone would pair
     the weight with the activation the previous operator wrote."""

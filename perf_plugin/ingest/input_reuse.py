@@ -70,6 +70,8 @@ from perf_plugin.trace.mapped import MappedOp, Slot
 # latest outputs are the likely producers, and older ones are long overwritten in the cache.
 _KEPT_PER_COUNT = 8
 _KEPT_FOR_VIEWS = 64
+# Kernel types that concatenate their inputs (``_passed_again``).
+CONCATENATIONS = frozenset({"ConcatD"})
 # An operator that reads this many times the bytes it writes is a contraction (``reads_after_write``):
 # a decode GEMM reads its weights thousands of times over, a prefill GEMM 6-10 times, an
 # element-wise operator one to three.
@@ -161,10 +163,14 @@ def reuse_distances(
         strides = list(op.strides) + [None] * (len(op.inputs) - len(op.strides))
         per_slot = []
         read_now: list[_Written] = []
+        taken: list[_Written] = []  # this operator's earlier slots' tensors
         for slot, view in zip(op.inputs, strides):
             chosen, sole = _producer(slot, view, out_shape, outputs, used, now)
+            if chosen is None and op.kernel_type in CONCATENATIONS:
+                chosen = _passed_again(slot, view, taken)
             per_slot.append(math.inf if chosen is None else moved - outputs.last_access(chosen))
             read_now += [chosen] if chosen is not None and sole else []
+            taken += [chosen] if chosen is not None else []
         distances.append(tuple(per_slot))
         read = sum(slot_bytes(slot) for slot in op.inputs)
         # read halfway through this operator; only a read whose tensor
@@ -223,6 +229,20 @@ def _enclosing_shape(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[
         return None
     base = (shape[0], *(outer // inner for outer, inner in zip(strides, strides[1:])))
     return base if all(whole >= part for whole, part in zip(base, shape)) else None
+
+
+def _passed_again(slot: Slot, strides: Shape | None, taken: Sequence[_Written]) -> _Written | None:
+    """The tensor an earlier slot of a concatenation took, where this slot found no producer of
+    its own and has that tensor's dtype and element count: one tensor concatenated with itself.
+    Rotary embedding's ``cat((freqs, freqs), -1)`` reads the same table in both slots; counted
+    as a parameter, its second slot was evicted before each repeat and the decode ``cat``
+    replayed at 1.14-1.29x its in-model duration (four models, H200).  Only concatenations: of an
+    element-wise operator's two inputs of one shape (a residual add), the second is as likely
+    another tensor whose writer the inference missed."""
+    if slot.shape is None or (strides is not None and not is_contiguous(slot.shape, strides)):
+        return None
+    dtype, count = normalise_dtype(slot.dtype), numel(slot.shape)
+    return next((written for written in reversed(taken) if written.dtype == dtype and written.numel == count), None)
 
 
 def _producer(
