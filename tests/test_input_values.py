@@ -78,8 +78,11 @@ def skewed_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[i
 def test_the_capture_records_every_grouped_gemm_call_and_marks_it_in_the_trace(skewed_trace: tuple[Path, list[int]]) -> None:
     trace, routing = skewed_trace
     captured = read_values_file(sidecar_path(trace))
-    assert len(captured.calls) == 2  # gate+up and down
-    assert {call.values[2] for call in captured.calls.values()} == {ends_of(routing)}
+    grouped = [call for call in captured.calls.values() if call.function == "torch._grouped_mm"]
+    assert len(grouped) == 2  # gate+up and down
+    assert {call.values[2] for call in grouped} == {ends_of(routing)}
+    # and the router's top-k, as the quantiles of its scores (tests/test_input_quantiles.py)
+    assert [call.function for call in captured.calls.values() if call.quantiles] == ["torch.Tensor.topk"]
     assert len(set(routing)) > 1  # skewed: not even groups
     events = json.loads(trace.read_text())["traceEvents"]
     marks = [e for e in events if e.get("name", "").startswith("perf_values/")]
@@ -95,7 +98,7 @@ def test_ingest_attaches_the_routing_to_the_grouped_gemm_rows(skewed_trace: tupl
         assert parse_shape_cell(row[INPUT_VALUES])[7] == ends_of(routing)
         assert row[INPUT_VALUES_SOURCE] == "measured"
     lines = "\n".join(report.lines())
-    assert "2 of 2 captured call(s) attached" in lines
+    assert "3 of 3 captured call(s) attached" in lines  # the two GEMMs and the router's top-k
     assert "2 measured, 0 with a default" in lines
     # the capture's own host copies and reads add no rows
     assert not any(path.stem in ("aten.clone", "aten.copy_", "Identity") for path in (tmp_path / "db").glob("*.csv"))

@@ -10,7 +10,7 @@ Wrap the profiled step in ``capture_input_values`` (inside or outside ``torch.pr
 
 Every call of a watched function (``WATCHED``) is then wrapped in a profiler range named
 ``perf_values/<token>/<n>`` (``perf_plugin.trace.values_file``), and the values of its small
-integer tensor arguments are copied to the host: on an accelerator asynchronously, on a side
+integer tensor arguments (and of top-k's floating input, kept as quantiles) are copied to the host: on an accelerator asynchronously, on a side
 stream of the device's own stream API (``perf_plugin.backends.streams``: ``torch.npu`` on an
 NPU) that waits for the producing work, into pinned memory, so the step gains no
 synchronisation and its stream no extra work; on the CPU they are read directly.  When the
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.backends.streams import copy_to_host
-from perf_plugin.trace.values_file import CapturedCall, CapturedValues, mark_name, write_values_file
+from perf_plugin.trace.values_file import QUANTILES, CapturedCall, CapturedValues, mark_name, write_values_file
 
 if TYPE_CHECKING:
     import torch
@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 # Integer tensors with more elements than this are not recorded (indices of every token): the
 # data that changes a kernel's time is its counts, offsets and lengths, a few per group.
 MAX_VALUES = 4096
+# Floating inputs are copied whole to the host, where their quantiles are taken: a router's
+# scores over a prefill's tokens, not a vocabulary's logits over a batch.
+MAX_FLOATING_VALUES = 65536
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,9 @@ class Watched:
     function: str  # dotted name, resolved when the capture starts; ``torch.ops.<ns>.<op>``: every overload
     arguments: dict[int, tuple[str, int | None]]
     list_type: tuple[str, int | None, int] | None = None
+    # A floating input whose values set the kernel's time (top-k's, sort's): recorded as
+    # ``QUANTILES`` quantiles of its values, not the values themselves.
+    floating: bool = False
 
 
 WATCHED: tuple[Watched, ...] = (
@@ -79,6 +85,11 @@ WATCHED: tuple[Watched, ...] = (
     Watched("torch.ops.npu.npu_grouped_matmul", {8: ("group_list", None)}, ("group_list_type", None, 0)),
     # npu_grouped_matmul_swiglu_quant(Tensor x, Tensor weight, Tensor group_list, ...): cumulative ends
     Watched("torch.ops.npu.npu_grouped_matmul_swiglu_quant", {2: ("group_list", 2)}),
+    # aten::topk(self, k, dim, largest, sorted): its radix selection ends sooner on spread values
+    # than on close ones and ties (on an H200, [512,8] top-2: 5.98 us on uniform values, 7.23 on a
+    # softmax of near-equal logits, 8.48 on equal values)
+    Watched("torch.topk", {0: ("input", 0)}, floating=True),
+    Watched("torch.Tensor.topk", {0: ("self", 0)}, floating=True),
 )
 OPERATORS = "torch.ops."
 
@@ -100,11 +111,19 @@ def _resolve(dotted: str) -> list[Any]:
         except (AttributeError, RuntimeError):
             return []
         return [packet, *(getattr(packet, overload) for overload in packet.overloads())]
-    module_name, _, attribute = dotted.rpartition(".")
-    try:
-        return [getattr(importlib.import_module(module_name), attribute)]
-    except (ImportError, AttributeError):
-        return []  # not in this torch release
+    parts = dotted.split(".")
+    for split in range(len(parts) - 1, 0, -1):  # the longest importable module, then attributes
+        try:
+            found: Any = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        try:
+            for attribute in parts[split:]:  # ``torch.Tensor.topk``: the method
+                found = getattr(found, attribute)
+        except AttributeError:
+            return []  # not in this torch release
+        return [found]
+    return []
 
 
 def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], keyword: str, position: int | None) -> Any:
@@ -122,6 +141,23 @@ def _recordable(value: Any) -> bool:
             and value.dtype != torch.bool and value.numel() <= MAX_VALUES)
 
 
+def _recordable_floating(value: Any) -> bool:
+    """A floating tensor small enough to copy whole, and contiguous: copying a strided view to the
+    host would first launch a gathering kernel in the profiled step."""
+    import torch
+
+    return (isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() > 0
+            and value.numel() <= MAX_FLOATING_VALUES and value.is_contiguous())
+
+
+def quantiles_of(values: list[float]) -> tuple[float, ...]:
+    """``QUANTILES`` values of the sorted ``values`` at even ranks (nearest rank), both ends
+    included: equal values stay equal, so ties in the input are ties in the quantiles."""
+    ordered = sorted(values)
+    last = len(ordered) - 1
+    return tuple(float(ordered[round(i * last / (QUANTILES - 1))]) for i in range(QUANTILES))
+
+
 def _cumulative(values: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(itertools.accumulate(values))
 
@@ -130,7 +166,7 @@ class _PendingCopy:
     """Values on their way to the host: a pinned buffer filled on a side stream."""
 
     def __init__(self, value: Any, streams: dict[Any, Any], counts: bool) -> None:
-        self.values: tuple[int, ...] | None = None
+        self.values: tuple[Any, ...] | None = None
         self.counts = counts  # per-group counts, recorded as their running sums
         if isinstance(value, (list, tuple)):
             self.values = tuple(int(v) for v in value)
@@ -140,17 +176,24 @@ class _PendingCopy:
         else:  # on the device's own streams (torch.npu's on an NPU): perf_plugin.backends.streams
             self.host = copy_to_host(value, streams)
 
-    def result(self) -> tuple[int, ...]:
+    def _read(self) -> tuple[Any, ...]:
         if self.values is None:
             self.values = _flat(self.host.tolist())
-        return _cumulative(self.values) if self.counts else self.values
+        return self.values
+
+    def result(self) -> tuple[int, ...]:
+        values = tuple(int(v) for v in self._read())
+        return _cumulative(values) if self.counts else values
+
+    def quantiles(self) -> tuple[float, ...]:
+        return quantiles_of([float(v) for v in self._read()])
 
 
-def _flat(nested: Any) -> tuple[int, ...]:
+def _flat(nested: Any) -> tuple[Any, ...]:
     """``Tensor.tolist()`` of any rank, flattened in row-major order."""
     if not isinstance(nested, list):
-        return (int(nested),)
-    out: list[int] = []
+        return (nested,)
+    out: list[Any] = []
     stack = [iter(nested)]
     while stack:
         item = next(stack[-1], None)
@@ -159,7 +202,7 @@ def _flat(nested: Any) -> tuple[int, ...]:
         elif isinstance(item, list):
             stack.append(iter(item))
         else:
-            out.append(int(item))
+            out.append(item)
     return tuple(out)
 
 
@@ -180,7 +223,7 @@ class InputValueCapture:
         self.path = Path(path) if path is not None else None
         self.values = CapturedValues(uuid.uuid4().hex[:12])
         self._watched = watched
-        self._pending: dict[str, tuple[str, dict[int, _PendingCopy]]] = {}
+        self._pending: dict[str, tuple[Watched, dict[int, _PendingCopy]]] = {}
         self._streams: dict[Any, Any] = {}
         self._mode: Any = None
 
@@ -211,18 +254,23 @@ class InputValueCapture:
     def _record(self, key: str, watched: Watched, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         copies = {}
         layout = _layout(watched, args, kwargs)
+        recordable = _recordable_floating if watched.floating else _recordable
         for position, (keyword, python_position) in watched.arguments.items():
             value = _argument(args, kwargs, keyword, python_position)
-            if layout is not None and _recordable(value):
+            if layout is not None and recordable(value):
                 copies[position] = _PendingCopy(value, self._streams, counts=layout == 1)
-        self._pending[key] = (watched.function, copies)
+        self._pending[key] = (watched, copies)
 
     def __exit__(self, *exc: Any) -> None:
         self._mode.__exit__(*exc)
         for stream in self._streams.values():
             stream.synchronize()  # after the step: the copies are done, the step was not held
-        for key, (function, copies) in self._pending.items():
-            self.values.calls[key] = CapturedCall(function, {arg: copy.result() for arg, copy in copies.items()})
+        for key, (watched, copies) in self._pending.items():
+            if watched.floating:
+                quantiles = {arg: copy.quantiles() for arg, copy in copies.items()}
+                self.values.calls[key] = CapturedCall(watched.function, {}, quantiles)
+            else:
+                self.values.calls[key] = CapturedCall(watched.function, {arg: copy.result() for arg, copy in copies.items()})
         self._pending.clear()
         if self.path is not None:
             write_values_file(self.path, self.values)

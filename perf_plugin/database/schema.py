@@ -66,6 +66,10 @@ PROFILING_KERNELS = "Profiling Kernels"
 # Per input slot, the bytes the device moved between the input's write and the kernel reading it
 # in the profiled model (perf_plugin.database.reuse_cell): which inputs a replay leaves in the cache.
 PROFILING_INPUT_REUSE = "Profiling Input Reuse Distance(B)"
+# Per input slot, quantiles of the values a floating input held in the profiled model, where an
+# input-value capture recorded them (top-k's and sort's input: perf_plugin.database.quantiles_cell).
+# A replay draws that input from them; a row without the cell draws its default.
+PROFILING_INPUT_QUANTILES = "Profiling Input Quantiles"
 RAW_DURATION = "Duration(us)"
 # A counter of PyTorch traces with device activity: 1 for a launch that began when the device had
 # finished every earlier activity (a host-bound phase such as decode), 0 for one queued behind

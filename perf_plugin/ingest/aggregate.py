@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from perf_plugin.database.kernel_breakdown import format_breakdown
+from perf_plugin.database.quantiles_cell import quantiles_cell
 from perf_plugin.database.reuse_cell import reuse_cell
 from perf_plugin.database.schema import (
     DETAIL_COLUMNS,
@@ -54,6 +55,7 @@ from perf_plugin.database.schema import (
     PROFILING_AVERAGE,
     PROFILING_CODE_REUSE,
     PROFILING_COUNT,
+    PROFILING_INPUT_QUANTILES,
     PROFILING_INPUT_REUSE,
     PROFILING_KERNELS,
     PROFILING_MEDIAN,
@@ -71,6 +73,9 @@ KERNEL_TIMES = "_kernel_ns"
 INPUT_REUSE = "_input_reuse"
 # Frame column of a trace sample's code reuse distance in bytes (a float; traces with device kernels).
 CODE_REUSE_BYTES = "_code_reuse_bytes"
+# Frame column of a trace sample's floating inputs' quantiles, as a capture recorded them (a dict of
+# argument position -> quantiles; traces with an input-value capture).
+INPUT_QUANTILES = "_input_quantiles"
 GROUP_KEY: tuple[str, ...] = (
     col.TYPE,
     "Input Shapes",
@@ -96,6 +101,7 @@ class AggregatedRow:
     kernels: str = ""  # the Profiling Kernels cell ("" when the samples recorded none)
     input_reuse: str = ""  # the Profiling Input Reuse Distance(B) cell ("" when not known)
     code_reuse: str = ""  # the Profiling Code Reuse Distance(B) cell ("" when not known)
+    input_quantiles: str = ""  # the Profiling Input Quantiles cell ("" when no call recorded them)
     # Columns added at the end from beside the profile (the FIA bundle check's ``Runtime ...``
     # cells, ``perf_plugin.ingest.fia_bundle``); not part of the identity or the statistics.
     runtime: Mapping[str, str] = field(default_factory=dict)
@@ -116,6 +122,8 @@ class AggregatedRow:
             values[PROFILING_INPUT_REUSE] = self.input_reuse
         if self.code_reuse:
             values[PROFILING_CODE_REUSE] = self.code_reuse
+        if self.input_quantiles:
+            values[PROFILING_INPUT_QUANTILES] = self.input_quantiles
         return values
 
 
@@ -137,6 +145,8 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     frame = frame.assign(_order=np.arange(len(frame)))
     groups = frame.groupby(list(group_key), observed=True, sort=False, dropna=False)
     stats = _group_statistics(groups, with_kernels=KERNEL_TIMES in frame.columns, with_reuse=INPUT_REUSE in frame.columns)
+    if INPUT_QUANTILES in frame.columns:
+        stats["quantiles"] = groups[INPUT_QUANTILES].agg(lambda samples: quantiles_cell(list(samples)))
     first = groups[list(_FROM_FIRST_SAMPLE)].first()
     counter_means = groups[counters].mean() if counters else pd.DataFrame(index=stats.index)
     # All results share the group order of ``stats``; reorder them together, by first sample.
@@ -152,6 +162,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     kernel_cells = stats["kernels"].tolist() if "kernels" in stats.columns else [""] * len(stats)
     reuse_cells = stats["reuse"].tolist() if "reuse" in stats.columns else [""] * len(stats)
     code_cells = stats["code_reuse"].tolist() if "code_reuse" in stats.columns else [""] * len(stats)
+    quantile_cells = stats["quantiles"].tolist() if "quantiles" in stats.columns else [""] * len(stats)
     for i, key in enumerate(stats.index):
         cells = dict(zip(group_key, (_text(v) for v in key)))
         kernel_type = cells.pop(col.TYPE)
@@ -174,6 +185,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
                 kernels=str(kernel_cells[i]),
                 input_reuse=str(reuse_cells[i]),
                 code_reuse=str(code_cells[i]),
+                input_quantiles=str(quantile_cells[i]),
             )
         )
     # One CSV per kernel type: keep each type's rows together, types in order of first appearance.

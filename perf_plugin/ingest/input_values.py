@@ -72,6 +72,7 @@ def attach_values(trace: TraceData, captured: CapturedValues) -> ValuesAttachmen
             report.without_operator += 1
             continue
         op.values = dict(call.values)
+        op.quantiles = dict(call.quantiles)
         report.attached += 1
     return report
 

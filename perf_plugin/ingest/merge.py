@@ -47,6 +47,7 @@ from perf_plugin.database.schema import (
     PROFILING_COUNT,
     PROFILING_COUNTER_PREFIX,
     PROFILING_DURATION_COLUMNS,
+    PROFILING_INPUT_QUANTILES,
     PROFILING_INPUT_REUSE,
     PROFILING_KERNELS,
     SIGNATURE_COLUMNS,
@@ -102,6 +103,7 @@ def new_table_header(rows: Sequence[AggregatedRow]) -> list[str]:
         *([PROFILING_KERNELS] if _have_kernels(rows) else []),
         *([PROFILING_INPUT_REUSE] if _have_reuse(rows) else []),
         *([PROFILING_CODE_REUSE] if _have_code_reuse(rows) else []),
+        *([PROFILING_INPUT_QUANTILES] if _have_quantiles(rows) else []),
         *_details_of(rows),
         *_runtime_of(rows),
     ]
@@ -117,6 +119,10 @@ def _have_reuse(rows: Sequence[AggregatedRow]) -> bool:
 
 def _have_code_reuse(rows: Sequence[AggregatedRow]) -> bool:
     return any(row.code_reuse for row in rows)
+
+
+def _have_quantiles(rows: Sequence[AggregatedRow]) -> bool:
+    return any(row.input_quantiles for row in rows)
 
 
 def _details_of(rows: Sequence[AggregatedRow]) -> list[str]:
@@ -173,6 +179,10 @@ def _ensure_profiling_columns(table: CsvTable, rows: Sequence[AggregatedRow]) ->
         anchors = (PROFILING_INPUT_REUSE, PROFILING_KERNELS, PROFILING_COUNT)
         anchor = next(name for name in anchors if table.has_column(name))
         table.insert_column(PROFILING_CODE_REUSE, table.index(anchor) + 1)
+    if _have_quantiles(rows) and not table.has_column(PROFILING_INPUT_QUANTILES):
+        after = (PROFILING_CODE_REUSE, PROFILING_INPUT_REUSE, PROFILING_KERNELS, PROFILING_COUNT)
+        anchor = next(name for name in after if table.has_column(name))
+        table.insert_column(PROFILING_INPUT_QUANTILES, table.index(anchor) + 1)
 
 
 def _after_identity(table: CsvTable) -> int:

@@ -6,10 +6,14 @@ arguments.  The profile then holds the ranges, and this file, written when the c
 holds the values under the same ``<n>``::
 
     {"format": "perf-plugin input values", "version": 1, "token": "3f9c...",
-     "calls": {"0": {"function": "torch._grouped_mm", "values": {"2": [128, 256, ...]}}}}
+     "calls": {"0": {"function": "torch._grouped_mm", "values": {"2": [128, 256, ...]}},
+               "1": {"function": "torch.topk", "values": {}, "quantiles": {"0": [0.11, ...]}}}}
 
 ``values`` maps the argument's position in the traced operator's inputs (its schema's order:
-``group_list`` is 8 of ``npu::npu_grouped_matmul``) to its values, flattened.  The token tells one
+``group_list`` is 8 of ``npu::npu_grouped_matmul``) to its values, flattened.  ``quantiles`` (a
+floating input whose values, not only its size, set the kernel's time: top-k's and sort's
+input) maps the position to ``QUANTILES`` quantiles of its values, the least first and the
+greatest last; a file without the key is read as having none.  The token tells one
 capture's ranges from another's (a trace may hold several runs).  The file sits beside the trace
 as ``<trace name>.values.json`` (``trace.json`` -> ``trace.values.json``), where ``perfdb ingest``
 finds it (``worker.pt.trace.json`` -> ``worker.values.json``); for an Ascend profile, whose
@@ -20,6 +24,7 @@ whose token the profile's ranges carry (``perf_plugin.ingest.ascend_values``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -34,10 +39,15 @@ MARK_PREFIX = "perf_values/"
 SUFFIX = ".values.json"
 
 
+# Quantiles recorded per floating input: every sixteenth of its sorted values, both ends included.
+QUANTILES = 17
+
+
 @dataclass(frozen=True)
 class CapturedCall:
     function: str
     values: dict[int, tuple[int, ...]]  # argument position -> flattened values
+    quantiles: dict[int, tuple[float, ...]] = field(default_factory=dict)  # argument position -> QUANTILES
 
 
 @dataclass
@@ -77,10 +87,7 @@ def write_values_file(path: str | Path, captured: CapturedValues) -> Path:
         "format": FORMAT,
         "version": VERSION,
         "token": captured.token,
-        "calls": {
-            key: {"function": call.function, "values": {str(arg): list(v) for arg, v in call.values.items()}}
-            for key, call in captured.calls.items()
-        },
+        "calls": {key: _entry(call) for key, call in captured.calls.items()},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, scratch = tempfile.mkstemp(prefix=path.name, dir=path.parent)
@@ -88,6 +95,13 @@ def write_values_file(path: str | Path, captured: CapturedValues) -> Path:
         json.dump(document, out, separators=(",", ":"))
     os.replace(scratch, path)
     return path
+
+
+def _entry(call: CapturedCall) -> dict[str, Any]:
+    entry: dict[str, Any] = {"function": call.function, "values": {str(arg): list(v) for arg, v in call.values.items()}}
+    if call.quantiles:
+        entry["quantiles"] = {str(arg): list(q) for arg, q in call.quantiles.items()}
+    return entry
 
 
 def read_values_file(path: str | Path) -> CapturedValues:
@@ -113,8 +127,12 @@ def read_values_file(path: str | Path) -> CapturedValues:
 
 def _call(entry: Any, path: Path, key: str) -> CapturedCall:
     try:
+        function = str(entry["function"])
         values = {int(arg): tuple(int(v) for v in found) for arg, found in entry["values"].items()}
-        return CapturedCall(str(entry["function"]), values)
+        quantiles = {int(arg): tuple(float(q) for q in found) for arg, found in entry.get("quantiles", {}).items()}
     except (KeyError, TypeError, ValueError, AttributeError):
-        raise DatabaseError(f"call {key!r}: expected {{\"function\": name, \"values\": {{argument: [integers]}}}}",
-                            path=path) from None
+        raise DatabaseError(f"call {key!r}: expected {{\"function\": name, \"values\": {{argument: [integers]}}}}"
+                            " (and optionally \"quantiles\": {argument: [numbers]})", path=path) from None
+    if any(len(q) != QUANTILES or list(q) != sorted(q) or not all(math.isfinite(v) for v in q) for q in quantiles.values()):
+        raise DatabaseError(f"call {key!r}: quantiles must be {QUANTILES} finite numbers in ascending order", path=path)
+    return CapturedCall(function, values, quantiles)

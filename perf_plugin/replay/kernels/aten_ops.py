@@ -11,7 +11,8 @@ model ran, and the rows the named kernel families replay keep their dedicated re
 Inputs have the recorded strides (a view read in place stays a view).  Floating tensors are
 drawn uniformly in [0.25, 0.95]: positive and below one, so that operators with a restricted
 domain (``rsqrt``, ``log``, ``acos``, ``pow`` with a fractional exponent) compute finite values
-whatever they are.  Integer tensors are drawn in [1, d), d the smallest dimension of the floating
+whatever they are; a slot whose ``Profiling Input Quantiles`` a capture recorded (top-k's input)
+is drawn from those instead (``perf_plugin.replay.value_draws``).  Integer tensors are drawn in [1, d), d the smallest dimension of the floating
 inputs, so that index tensors (gather, scatter, index_add) address any dimension; an operator
 whose integer arguments must be something else fails the case with its own error.
 
@@ -42,6 +43,7 @@ from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.host_scalars import as_passed, host_scalar_slot, placed
 from perf_plugin.replay.kernels.elementwise import scalar_aware_dtype_slots, scalar_aware_outputs
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec
+from perf_plugin.replay.value_draws import draw_from_quantiles, recorded_quantiles
 
 if TYPE_CHECKING:
     import torch
@@ -180,9 +182,11 @@ class AtenOpReplay(OpReplay):
         indexing = _indexed_dims(row, template)
         slots = _slots(row)
         host = host_scalar_slot(row, [TensorSpec((), s.dtype) if s.shape is None and s.dtype else s for s in slots])
+        quantiles = recorded_quantiles(row)
         tensors = tuple(
             _index_values(spec, indexing[k], device, generator) if k in indexing
-            else self._tensor(spec, *placed(k == host, device, generator), bound)
+            else self._tensor(spec, *placed(k == host, device, generator), bound,
+                              quantiles[k] if k < len(quantiles) else None)
             for k, spec in enumerate(slots)
         )
         if host is not None and host > 0 and self.expected_outputs(row):
@@ -190,7 +194,10 @@ class AtenOpReplay(OpReplay):
             tensors = (*tensors[:host], passed, *tensors[host + 1 :])
         return _operator_name(row), overload, template, tensors, device
 
-    def _tensor(self, spec: TensorSpec, device: "torch.device", generator: "torch.Generator", bound: int) -> Any:
+    def _tensor(
+        self, spec: TensorSpec, device: "torch.device", generator: "torch.Generator", bound: int,
+        quantiles: tuple[float, ...] | None = None,
+    ) -> Any:
         if spec.shape is None:
             if not spec.dtype:
                 return None
@@ -202,8 +209,11 @@ class AtenOpReplay(OpReplay):
 
         dtype = spec.torch_dtype()
         drawn = torch.float32 if dtype.itemsize == 1 else dtype  # float8: no uniform_ of its own
-        storage = torch.empty(spec.storage_numel, dtype=drawn, device=device)
-        storage = storage.uniform_(*FLOAT_RANGE, generator=generator).to(dtype)
+        if quantiles is not None:  # the model's values (Profiling Input Quantiles)
+            storage = draw_from_quantiles(quantiles, spec.storage_numel, dtype, device, generator)
+        else:
+            storage = torch.empty(spec.storage_numel, dtype=drawn, device=device)
+            storage = storage.uniform_(*FLOAT_RANGE, generator=generator).to(dtype)
         assert spec.shape is not None  # an empty slot has no tensor to draw
         return storage.as_strided(spec.shape, spec.strides) if spec.strides is not None else storage.view(spec.shape)
 

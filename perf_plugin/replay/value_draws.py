@@ -1,0 +1,42 @@
+"""Inputs drawn from the values a model gave them: a row's ``Profiling Input Quantiles``.
+
+Where an input-value capture recorded quantiles of a floating input (top-k's: how close its
+values lie sets how soon the radix selection ends), the replay draws that input from them
+instead of its default range: each element at a uniformly drawn rank, linearly between the two
+quantiles around it.  Equal neighbouring quantiles draw that very value, so ties in the model's
+input are ties in the replay's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.quantiles_cell import parse_quantiles_cell
+from perf_plugin.database.schema import PROFILING_INPUT_QUANTILES
+from perf_plugin.replay.base import CaseBuildError
+from perf_plugin.replay.tensors import KernelRow
+
+if TYPE_CHECKING:
+    import torch
+
+
+def recorded_quantiles(row: KernelRow) -> tuple[tuple[float, ...] | None, ...]:
+    """Per input slot the quantiles the row carries (None where it has none); () without the cell."""
+    try:
+        return parse_quantiles_cell(row.attrs.get(PROFILING_INPUT_QUANTILES, ""))
+    except DatabaseError as exc:
+        raise CaseBuildError(f"'{PROFILING_INPUT_QUANTILES}' {exc}") from None
+
+
+def draw_from_quantiles(
+    quantiles: tuple[float, ...], count: int, dtype: "torch.dtype", device: "torch.device", generator: "torch.Generator"
+) -> Any:
+    """``count`` values (a flat tensor of ``dtype``) distributed as ``quantiles`` say."""
+    import torch
+
+    table = torch.tensor(quantiles, dtype=torch.float64, device=device)
+    rank = torch.rand(count, dtype=torch.float64, device=device, generator=generator) * (len(quantiles) - 1)
+    low = rank.floor().clamp(max=len(quantiles) - 2).long()
+    values = table[low] + (rank - low) * (table[low + 1] - table[low])
+    return values.to(dtype)

@@ -1,0 +1,138 @@
+"""What top-k's time depends on beyond its shapes: how close its input values lie.  Captured in a
+real profiled router on the CPU as quantiles, carried by the row (``Profiling Input Quantiles``),
+and drawn from by the replay."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from perf_plugin.capture import capture_input_values
+from perf_plugin.capture.input_values import quantiles_of
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.quantiles_cell import parse_quantiles_cell, quantiles_cell
+from perf_plugin.database.schema import PROFILING_INPUT_QUANTILES
+from perf_plugin.ingest.pipeline import ingest_path
+from perf_plugin.replay.base import CaseBuildError
+from perf_plugin.trace.values_file import QUANTILES, CapturedCall, CapturedValues, read_values_file, write_values_file
+from tests.kernels.support import kernel_row, replay_of, replay_on_cpu
+
+TOKENS, EXPERTS = 64, 8
+
+
+def router_scores(spread: float, seed: int) -> torch.Tensor:
+    """A router's probabilities: a softmax of logits ``spread`` apart (near-equal for small ``spread``)."""
+    logits = torch.randn(TOKENS, EXPERTS, generator=torch.Generator().manual_seed(seed)) * spread
+    return torch.softmax(logits, dim=-1)
+
+
+def profile_routing(directory: Path, capture: bool) -> tuple[Path, list[torch.Tensor]]:
+    """Two routers of one shape, one through ``torch.topk`` and one through ``Tensor.topk``, and a
+    strided view of scores (not copied: that would launch a gathering kernel in the step)."""
+    first, second = router_scores(0.01, seed=1), router_scores(0.01, seed=2)
+    strided = torch.rand(EXPERTS, TOKENS).t()
+    trace = directory / "trace.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        with capture_input_values(directory / "trace.values.json" if capture else None):
+            torch.topk(first, 2, dim=-1)
+            second.topk(2, dim=-1)
+            strided.topk(2, dim=-1)
+    prof.export_chrome_trace(str(trace))
+    return trace, [first, second]
+
+
+def topk_rows(db: Path) -> list[dict[str, str]]:
+    with (db / "aten.topk.csv").open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_the_capture_records_each_top_k_input_as_its_quantiles(tmp_path: Path) -> None:
+    _, scores = profile_routing(tmp_path, capture=True)
+    calls = json.loads((tmp_path / "trace.values.json").read_text())["calls"]
+    recorded = [call for call in calls.values() if call.get("quantiles")]
+    assert [call["function"] for call in recorded] == ["torch.topk", "torch.Tensor.topk"]
+    for call, values in zip(recorded, scores):
+        expected = quantiles_of(values.flatten().tolist())
+        assert call["quantiles"]["0"] == pytest.approx(list(expected))
+        assert expected[0] == values.min().item() and expected[-1] == values.max().item()
+    strided_call = [call for call in calls.values() if call["function"] == "torch.Tensor.topk"][-1]
+    assert "quantiles" not in strided_call
+
+
+def test_ingest_carries_the_median_quantiles_on_the_row(tmp_path: Path) -> None:
+    trace, scores = profile_routing(tmp_path, capture=True)
+    ingest_path(trace, tmp_path / "db")
+    contiguous, strided = sorted(topk_rows(tmp_path / "db"), key=lambda row: row.get("Input Strides", ""))
+    assert contiguous["Profiling Count"] == "2"  # both routers: one shape, one row
+    (cell,) = parse_quantiles_cell(contiguous[PROFILING_INPUT_QUANTILES])
+    per_call = [quantiles_of(values.flatten().tolist()) for values in scores]
+    assert cell == pytest.approx([(a + b) / 2 for a, b in zip(*per_call)], rel=1e-6)
+    assert cell[-1] - cell[0] < 0.01  # near-equal probabilities, as the router gave them
+    assert strided[PROFILING_INPUT_QUANTILES] == ""
+
+
+def test_a_later_capture_adds_the_column_to_rows_ingested_without_it(tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    trace, _ = profile_routing(tmp_path, capture=False)
+    ingest_path(trace, db)
+    assert PROFILING_INPUT_QUANTILES not in topk_rows(db)[0]
+    trace, _ = profile_routing(tmp_path, capture=True)
+    ingest_path(trace, db)
+    assert any(row[PROFILING_INPUT_QUANTILES] for row in topk_rows(db))
+
+
+def _topk_cells(quantiles: str) -> dict[str, str]:
+    return {"Input Shapes": f'"{TOKENS},{EXPERTS}"', "Input Data Types": "FLOAT", "Input Formats": "ND",
+            "Output Shapes": f'"{TOKENS},2;{TOKENS},2"', "Output Data Types": "FLOAT;INT64", "Output Formats": "ND;ND",
+            "Op Arguments": '{"overload":"default","args":[{"tensor":0},2,-1,true,true]}',
+            PROFILING_INPUT_QUANTILES: quantiles}
+
+
+def _drawn_input(quantiles: str) -> torch.Tensor:
+    replay = replay_of("aten.topk")
+    row = kernel_row("aten.topk", _topk_cells(quantiles))
+    _, _, _, tensors, _ = replay.make_inputs(row, torch.device("cpu"), torch.Generator().manual_seed(0))
+    return tensors[0]
+
+
+def test_the_replay_draws_top_k_input_from_the_rows_quantiles() -> None:
+    close = ",".join(f"{0.12 + i * 0.0005:.4f}" for i in range(QUANTILES))
+    drawn = _drawn_input(close)
+    assert 0.12 <= drawn.min().item() and drawn.max().item() <= 0.128
+    assert drawn.unique().numel() > TOKENS  # spread between the quantiles, not only on them
+    tied = _drawn_input(",".join(["0.125"] * QUANTILES))
+    assert tied.unique().tolist() == [0.125]  # equal values in the model are ties in the replay
+    default = _drawn_input("")
+    assert 0.25 <= default.min().item() and default.max().item() <= 0.95  # the default range
+    replay_on_cpu("aten.topk", _topk_cells(",".join(["0.125"] * QUANTILES)))  # ties verify
+
+
+def test_a_bad_quantiles_cell_is_refused_naming_the_column_and_slot() -> None:
+    with pytest.raises(CaseBuildError, match=f"'{PROFILING_INPUT_QUANTILES}' slot 0"):
+        _drawn_input("0.3,0.2")
+    with pytest.raises(DatabaseError, match="slot 1: 'x'"):
+        parse_quantiles_cell("0.1,0.2;x")
+
+
+def test_the_cell_is_each_quantiles_median_over_the_calls_that_recorded_it() -> None:
+    calls = [{0: (1.0, 2.0, 4.0)}, {0: (3.0, 4.0, 8.0)}, {}, {0: (2.0, 3.0, 5.0)}]
+    assert quantiles_cell(calls) == "2,3,5"
+    assert quantiles_cell([{1: (0.5, 1.0)}]) == ";0.5,1" and quantiles_cell([{}, {}]) == ""
+    assert parse_quantiles_cell(";0.5,1") == (None, (0.5, 1.0))
+
+
+def test_quantiles_survive_the_values_file_and_bad_ones_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "run.values.json"
+    quantiles = tuple(float(i) for i in range(QUANTILES))
+    write_values_file(path, CapturedValues("t", {"0": CapturedCall("torch.topk", {}, {0: quantiles})}))
+    assert read_values_file(path).calls["0"].quantiles == {0: quantiles}
+    document = json.loads(path.read_text())
+    document["calls"]["0"]["quantiles"]["0"] = list(reversed(quantiles))
+    path.write_text(json.dumps(document))
+    with pytest.raises(DatabaseError, match="call '0': quantiles must be"):
+        read_values_file(path)
