@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,7 @@ def test_ingest_carries_the_median_quantiles_on_the_row(tmp_path: Path) -> None:
     assert contiguous["Profiling Count"] == "2"  # both routers: one shape, one row
     (cell,) = parse_quantiles_cell(contiguous[PROFILING_INPUT_QUANTILES])
     per_call = [quantiles_of(values.flatten().tolist()) for values in scores]
-    assert cell == pytest.approx([(a + b) / 2 for a, b in zip(*per_call)], rel=1e-6)
+    assert cell == pytest.approx([min(a, b) for a, b in zip(*per_call)], rel=1e-6)  # the lower median
     assert cell[-1] - cell[0] < 0.01  # near-equal probabilities, as the router gave them
     assert strided[PROFILING_INPUT_QUANTILES] == ""
 
@@ -112,6 +113,16 @@ def test_the_replay_draws_top_k_input_from_the_rows_quantiles() -> None:
     replay_on_cpu("aten.topk", _topk_cells(",".join(["0.125"] * QUANTILES)))  # ties verify
 
 
+def test_scores_masked_to_minus_infinity_are_drawn_as_minus_infinity() -> None:
+    """DeepSeek-V3's routing masks the experts of unchosen groups to -inf before its top-k."""
+    masked = ",".join(["-inf"] * 8 + [f"{0.2 + i * 0.05:.2f}" for i in range(QUANTILES - 8)])
+    drawn = _drawn_input(masked)
+    share = (drawn == -math.inf).float().mean().item()
+    assert 0.4 < share < 0.55 and not drawn.isnan().any()
+    assert drawn[drawn.isfinite()].min().item() >= 0.2
+    replay_on_cpu("aten.topk", _topk_cells(masked))
+
+
 def test_a_bad_quantiles_cell_is_refused_naming_the_column_and_slot() -> None:
     with pytest.raises(CaseBuildError, match=f"'{PROFILING_INPUT_QUANTILES}' slot 0"):
         _drawn_input("0.3,0.2")
@@ -122,6 +133,8 @@ def test_a_bad_quantiles_cell_is_refused_naming_the_column_and_slot() -> None:
 def test_the_cell_is_each_quantiles_median_over_the_calls_that_recorded_it() -> None:
     calls = [{0: (1.0, 2.0, 4.0)}, {0: (3.0, 4.0, 8.0)}, {}, {0: (2.0, 3.0, 5.0)}]
     assert quantiles_cell(calls) == "2,3,5"
+    masked = [{0: (-math.inf, 0.5, 1.0)}, {0: (-math.inf, 0.25, 2.0)}]
+    assert quantiles_cell(masked) == "-inf,0.25,1"  # a value some call had, never a mean with -inf
     assert quantiles_cell([{1: (0.5, 1.0)}]) == ";0.5,1" and quantiles_cell([{}, {}]) == ""
     assert parse_quantiles_cell(";0.5,1") == (None, (0.5, 1.0))
 
@@ -134,5 +147,5 @@ def test_quantiles_survive_the_values_file_and_bad_ones_are_refused(tmp_path: Pa
     document = json.loads(path.read_text())
     document["calls"]["0"]["quantiles"]["0"] = list(reversed(quantiles))
     path.write_text(json.dumps(document))
-    with pytest.raises(DatabaseError, match="call '0': quantiles must be"):
+    with pytest.raises(DatabaseError, match="call '0': quantiles must be"):  # descending
         read_values_file(path)

@@ -3,8 +3,9 @@
 Where an input-value capture recorded quantiles of a floating input (top-k's: how close its
 values lie sets how soon the radix selection ends), the replay draws that input from them
 instead of its default range: each element at a uniformly drawn rank, linearly between the two
-quantiles around it.  Equal neighbouring quantiles draw that very value, so ties in the model's
-input are ties in the replay's.
+quantiles around it (the nearer of the two where one is infinite: scores masked to ``-inf``).
+Equal neighbouring quantiles draw that very value, so ties in the model's input are ties in the
+replay's.
 """
 
 from __future__ import annotations
@@ -38,5 +39,8 @@ def draw_from_quantiles(
     table = torch.tensor(quantiles, dtype=torch.float64, device=device)
     rank = torch.rand(count, dtype=torch.float64, device=device, generator=generator) * (len(quantiles) - 1)
     low = rank.floor().clamp(max=len(quantiles) - 2).long()
-    values = table[low] + (rank - low) * (table[low + 1] - table[low])
-    return values.to(dtype)
+    below, above, share = table[low], table[low + 1], rank - low
+    between = below + share * (above - below)
+    # a step to or from an infinity (scores masked to -inf) is no line: the nearer end
+    nearer = torch.where(share < 0.5, below, above)
+    return torch.where(below.isfinite() & above.isfinite(), between, nearer).to(dtype)

@@ -133,6 +133,8 @@ def _call(entry: Any, path: Path, key: str) -> CapturedCall:
     except (KeyError, TypeError, ValueError, AttributeError):
         raise DatabaseError(f"call {key!r}: expected {{\"function\": name, \"values\": {{argument: [integers]}}}}"
                             " (and optionally \"quantiles\": {argument: [numbers]})", path=path) from None
-    if any(len(q) != QUANTILES or list(q) != sorted(q) or not all(math.isfinite(v) for v in q) for q in quantiles.values()):
-        raise DatabaseError(f"call {key!r}: quantiles must be {QUANTILES} finite numbers in ascending order", path=path)
+    # infinities are values a model gives top-k (scores masked to -inf): only NaN is refused
+    if any(len(q) != QUANTILES or any(math.isnan(v) for v in q) or list(q) != sorted(q) for q in quantiles.values()):
+        raise DatabaseError(f"call {key!r}: quantiles must be {QUANTILES} numbers (not NaN) in ascending order",
+                            path=path)
     return CapturedCall(function, values, quantiles)
