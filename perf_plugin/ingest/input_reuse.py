@@ -173,9 +173,9 @@ def reuse_distances(
             taken += [chosen] if chosen is not None else []
         distances.append(tuple(per_slot))
         read = sum(slot_bytes(slot) for slot in op.inputs)
-        # read halfway through this operator; only a read whose tensor
-        # no other could be counts, since a wrong pairing refreshed by every read would keep a
-        # tensor long evicted (a layer's key cache read as its value cache) in the cache
+        # inputs are read halfway through this operator; only a read whose tensor no other could
+        # be counts, since a wrong pairing refreshed by every read would keep a tensor long
+        # evicted (a layer's key cache read as its value cache) in the cache
         for written in read_now:
             outputs.read_at[written.serial] = moved + read / 2
         ends = released[index] if released is not None else ()
