@@ -10,10 +10,11 @@ Wrap the profiled step in ``capture_input_values`` (inside or outside ``torch.pr
 
 Every call of a watched function (``WATCHED``) is then wrapped in a profiler range named
 ``perf_values/<token>/<n>`` (``perf_plugin.trace.values_file``), and the values of its small
-integer tensor arguments (and of top-k's floating input, kept as quantiles) are copied to the host: on an accelerator asynchronously, on a side
-stream of the device's own stream API (``perf_plugin.backends.streams``: ``torch.npu`` on an
-NPU) that waits for the producing work, into pinned memory, so the step gains no
-synchronisation and its stream no extra work; on the CPU they are read directly.  When the
+integer tensor arguments (and of top-k's floating input, kept as quantiles) are copied to the
+host: on an accelerator asynchronously, on a side stream of the device's own stream API
+(``perf_plugin.backends.streams``: ``torch.npu`` on an NPU) that waits for the producing work,
+into pinned memory, so the step gains no synchronisation and its stream no extra work; on the
+CPU they are read directly.  When the
 block ends the capture waits for its copies and writes the values file, which ``perfdb ingest``
 reads beside the trace (or beside an Ascend profile directory).
 
@@ -68,8 +69,8 @@ class Watched:
     function: str  # dotted name, resolved when the capture starts; ``torch.ops.<ns>.<op>``: every overload
     arguments: dict[int, tuple[str, int | None]]
     list_type: tuple[str, int | None, int] | None = None
-    # A floating input whose values set the kernel's time (top-k's, sort's): recorded as
-    # ``QUANTILES`` quantiles of its values, not the values themselves.
+    # A floating input whose values set the kernel's time (top-k's): recorded as ``QUANTILES``
+    # quantiles of its values, not the values themselves.
     floating: bool = False
 
 

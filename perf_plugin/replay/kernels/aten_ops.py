@@ -12,9 +12,10 @@ Inputs have the recorded strides (a view read in place stays a view).  Floating 
 drawn uniformly in [0.25, 0.95]: positive and below one, so that operators with a restricted
 domain (``rsqrt``, ``log``, ``acos``, ``pow`` with a fractional exponent) compute finite values
 whatever they are; a slot whose ``Profiling Input Quantiles`` a capture recorded (top-k's input)
-is drawn from those instead (``perf_plugin.replay.value_draws``).  Integer tensors are drawn in [1, d), d the smallest dimension of the floating
-inputs, so that index tensors (gather, scatter, index_add) address any dimension; an operator
-whose integer arguments must be something else fails the case with its own error.
+is drawn from those instead (``perf_plugin.replay.value_draws``).  Integer tensors are drawn in
+[1, d), d the smallest dimension of the floating inputs, so that index tensors (gather, scatter,
+index_add) address any dimension; an operator whose integer arguments must be something else
+fails the case with its own error.
 
 The reference is the same overload on float64 CPU copies (exact for integer and boolean
 results); operators that draw random values (tagged ``nondeterministic_seeded``: ``randn``,
