@@ -271,7 +271,8 @@ class InputValueCapture:
                 quantiles = {arg: copy.quantiles() for arg, copy in copies.items()}
                 self.values.calls[key] = CapturedCall(watched.function, {}, quantiles)
             else:
-                self.values.calls[key] = CapturedCall(watched.function, {arg: copy.result() for arg, copy in copies.items()})
+                values = {arg: copy.result() for arg, copy in copies.items()}
+                self.values.calls[key] = CapturedCall(watched.function, values)
         self._pending.clear()
         if self.path is not None:
             write_values_file(self.path, self.values)

@@ -213,10 +213,13 @@ def written_base(op: MappedOp) -> list[Slot]:
     had no producer and their replay read them from memory, where the model found them in the
     cache.  The buffer's shape follows from the view's strides (row-major, each stride a multiple
     of the next); a view whose strides do not describe one (a broadcast) gives none."""
-    if not op.inputs or not op.strides or not recorded_operator(op.arguments):
+    if not op.inputs or not op.strides:
         return []
     slot, strides = op.inputs[0], op.strides[0]
+    # the cheap tests first: only a strided first input needs the arguments parsed
     if slot.shape is None or strides is None or is_contiguous(slot.shape, strides):
+        return []
+    if not recorded_operator(op.arguments):  # written in place: the view's buffer is its output
         return []
     base = _enclosing_shape(tuple(slot.shape), tuple(strides))
     return [] if base is None else [Slot(base, slot.dtype)]
