@@ -64,8 +64,13 @@ def _durations(db: Path) -> dict[str, str]:
         return {row["Input Shapes"].strip('"').split(",")[0]: row["Average Duration(us)"] for row in csv.DictReader(handle)}
 
 
-def test_cases_that_kill_their_worker_fail_with_the_cause_and_every_other_row_is_written(pytester: pytest.Pytester) -> None:
+def test_cases_that_kill_their_worker_fail_with_the_cause_and_every_other_row_is_written(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = _project(pytester)
+    temp = pytester.path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # where the run keeps its workers' fault logs
     result = pytester.runpytest_subprocess(
         "--perf-database-path", str(db), "-n", "2", "-p", "no:cacheprovider", "--perf-repeat-count", "3",
         "--perf-warmup-count", "1", timeout=240,
@@ -83,6 +88,7 @@ def test_cases_that_kill_their_worker_fail_with_the_cause_and_every_other_row_is
     results = {r["row_line"]: r for r in json.loads(first.read_text())["results"]}
     assert results[3]["outcome"] == "failed" and "took its worker down: Fatal Python error: Aborted" in results[3]["reason"]
     assert all(r["outcome"] == "passed" for report in rerun for r in json.loads(report.read_text())["results"])
+    assert not list(temp.glob("perf-worker-faults-*"))  # the fault logs went with the run
 
 
 def test_case_ids_file_replays_only_the_cases_it_lists(pytester: pytest.Pytester) -> None:

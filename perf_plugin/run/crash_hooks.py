@@ -8,6 +8,7 @@ worker took with it; a worker sends its fault handler output to its file.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,9 @@ class CrashHooks:
         if not lost:
             return
         config = session.config
-        directory = self.fault_dir or Path(tempfile.mkdtemp(prefix="perf-worker-faults-"))
+        if self.fault_dir is None:
+            self.fault_dir = Path(tempfile.mkdtemp(prefix="perf-worker-faults-"))
+        directory = self.fault_dir
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_sep("-", f"measuring again {len(lost)} case(s) lost with crashed workers")
@@ -120,6 +123,12 @@ class CrashHooks:
             f"{len(self.crashed)} case(s) took their worker down; {len(lost)} case(s) measured on those workers "
             f"were lost with them and measured again in one more session (exit code {code})"
         )
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """The fault logs served this run only (read when a worker crashed, and by the re-run)."""
+        if self.fault_dir is not None:
+            shutil.rmtree(self.fault_dir, ignore_errors=True)
+            self.fault_dir = None
 
     # -------------------------------------------------------------------- --perf-case-ids-file
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
