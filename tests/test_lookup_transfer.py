@@ -67,3 +67,36 @@ def test_any_axis_of_a_family_carries_its_series_deviation() -> None:
 def test_an_estimate_at_a_measured_position_or_over_two_axes_is_unchanged() -> None:
     over_two = hull.Estimate(0.25, (1, 2, 3), ("M", "N"), "barycentric")
     assert transfer.carry_deviation([], (1.0, 2.0, 3.0), over_two, ("M", "N", "K"), transfer.every_series) is over_two
+
+
+def _edge_rows(same_k: list[tuple[int, int]]) -> list[tuple[int, int, int, float]]:
+    """Every weight at 2x its roofline from M 2 up; at M 1 the weights of the query's K take 2.6x
+    (another kernel for one row: 1.3x the time of two), those of another K 2x.  The query's weight
+    was measured from M 2 up only."""
+    rows = []
+    for n, k in [QUERY_WEIGHT, *same_k, (4096, 2048), (8192, 2048), (2048, 8192)]:
+        for m in (1, 2, 4):
+            if (n, k) == QUERY_WEIGHT and m == 1:
+                continue
+            factor = 2.6 if m == 1 and k == QUERY_WEIGHT[1] else 2.0
+            rows.append((m, n, k, factor * _roofline_us(m, n, k)))
+    return rows
+
+
+def test_a_token_count_below_its_weights_rows_steps_from_them_as_weights_of_its_k_step(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    _gemm_csv(db, _edge_rows([(8192, 4096), (2048, 4096), (1024, 4096)]))
+    answer = lookup(db, _gemm(1, *QUERY_WEIGHT))
+    assert answer.provenance == INTERPOLATED
+    # its own M 2 row (2x), stepped by the same-K weights' step from M 2 to M 1 (2.6x over 2x)
+    assert answer.duration_us == pytest.approx(2.6 * _roofline_us(1, *QUERY_WEIGHT), rel=1e-9)
+    assert "nearest row of its series (M 2)" in answer.column and "of 3 other series" in answer.column
+    assert len(answer.rows) == 1 + 3 * 2
+
+
+def test_without_three_weights_of_its_k_the_edge_is_answered_across_weights(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    _gemm_csv(db, _edge_rows([(8192, 4096), (2048, 4096)]))
+    answer = lookup(db, _gemm(1, *QUERY_WEIGHT))
+    assert answer.provenance == INTERPOLATED and "nearest row of its series" not in answer.column
+    assert "barycentric" in answer.column or "linear in N" in answer.column or "linear in K" in answer.column

@@ -23,11 +23,16 @@ from perf_plugin.lookup.answer import NONE, Answer, Query
 from perf_plugin.lookup.peaks import DevicePeaks
 from perf_plugin.lookup.roofline import Work, element_size, scale
 from perf_plugin.lookup.rows import MeasuredRow
-from perf_plugin.lookup.transfer import within
+from perf_plugin.lookup.transfer import same_axis, within
 
 DIMS = ("M", "N", "K")
 # weights within 2x of the query's N * K meet the same family of kernels (transfer.py)
 WEIGHTS_ALIKE = within(2.0)
+# weights of the query's K step alike between token counts: K decides split-K, and a token count
+# below or above every row of the query's weight takes the step they take (transfer.carry_step);
+# weights of a similar size but another K do not (1 row of a K = 7168 weight takes 17 % longer than
+# 2 rows on an H100, of weights of other K 0-3 %)
+SAME_REDUCTION = same_axis(1)
 
 
 @dataclass(frozen=True)
@@ -123,7 +128,7 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
     assert ideal is not None
     return efficiency.answer(query, points, tuple(map(float, wanted.dims)), DIMS, ideal, "GEMM", used,
                              "fewer than two measured rows of these dtypes, layout and formats",
-                             carry=WEIGHTS_ALIKE)
+                             carry=WEIGHTS_ALIKE, step=SAME_REDUCTION)
 
 
 def _present_dtypes(shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> tuple[str, ...]:

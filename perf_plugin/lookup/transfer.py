@@ -10,6 +10,12 @@ neighbours, do show it: how far their efficiency at the query's value lies off t
 the neighbours (log efficiency over the log axis) is that choice.  The median of those deviations,
 from at least ``MIN_SERIES`` similar series, is added to the query's interpolated log efficiency.
 
+At the edge of its own series (a token count below or above every row of the query's weight) a
+query has no two neighbours on its axis, and the hull answers it across other series at its value
+(other weights at one token), whose kernels differ more from the query's own than its own nearest
+row does.  There ``carry_step`` starts from that row and adds the median step the similar series
+take from its value to the query's.
+
 Measured on the H100 and H200 (docs/lookup.md, "How well it answers").
 """
 
@@ -61,6 +67,37 @@ def carry_deviation(points: Sequence[Point], target: tuple[float, ...], found: E
                     f"({deviation:+.3f} log efficiency) of {len(deviations)} other series", found.bracket)
 
 
+def carry_step(points: Sequence[Point], target: tuple[float, ...], names: Sequence[str],
+               similar: Similar) -> Estimate | None:
+    """At the edge of the query's own series along the first axis (a GEMM's token count below or
+    above every row of its weight): the series' nearest row plus the median step from that value
+    to the query's that the other ``similar`` series show, where at least ``MIN_SERIES`` measured
+    both; else None.  Across other series at the query's value alone (another weight, another
+    batch) the library's choice differs; along the query's own axis it changes little between
+    neighbouring values, and the step the other series take is that change."""
+    at = target[0]
+    mine = _without(target, 0)
+    series: dict[tuple[float, ...], dict[float, Point]] = {}
+    for point in points:
+        series.setdefault(_without(point.raw, 0), {})[point.raw[0]] = point
+    own = series.get(mine)
+    if not own:
+        return None
+    anchor = min(own, key=lambda x: abs(math.log(x) - math.log(at)))
+    steps: list[float] = []
+    lines: list[int] = []
+    for key, along in series.items():
+        if key != mine and similar(mine, key) and at in along and anchor in along:
+            steps.append(along[at].value - along[anchor].value)
+            lines += [*along[at].lines, *along[anchor].lines]
+    if len(steps) < MIN_SERIES:
+        return None
+    step = statistics.median(steps)
+    return Estimate(own[anchor].value + step, own[anchor].lines + tuple(lines), (names[0],),
+                    f"the nearest row of its series ({names[0]} {anchor:g}) plus the median step to "
+                    f"{names[0]} {at:g} ({step:+.3f} log efficiency) of {len(steps)} other series")
+
+
 def _without(raw: tuple[float, ...], axis: int) -> tuple[float, ...]:
     """The other axes' values: which series a point belongs to."""
     return raw[:axis] + raw[axis + 1:]
@@ -69,6 +106,14 @@ def _without(raw: tuple[float, ...], axis: int) -> tuple[float, ...]:
 def every_series(mine: tuple[float, ...], other: tuple[float, ...]) -> bool:
     """Every other series of the family (attention: its other batches, lengths and spreads)."""
     return True
+
+
+def same_axis(index: int) -> Similar:
+    """Series that share the query's value of one other axis (``index`` among the other axes:
+    a GEMM's K is index 1 of (N, K))."""
+    def test(mine: tuple[float, ...], other: tuple[float, ...]) -> bool:
+        return other[index] == mine[index]
+    return test
 
 
 def within(ratio: float) -> Similar:
