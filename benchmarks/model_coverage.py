@@ -381,12 +381,16 @@ def profile_model(model: Any, device: str, tokens: int, decode_steps: int, trace
 
 
 def trace_kernel_us(trace: Path) -> float:
-    """Every device kernel's time in the trace (memcpy and memset too, as ingest counts them)."""
+    """Every device kernel's time in the trace (memcpy and memset too, as ingest counts them), but
+    the copies of streams that ran nothing else: the capture's (``capture_input_values`` copies
+    its values to the host on a side stream of its own), not the model's work."""
     from perf_plugin.ingest.json_file import load_json_file
 
     document = load_json_file(trace, "trace")
     categories = {"kernel", "gpu_memcpy", "gpu_memset"}
-    return sum(float(e.get("dur", 0)) for e in document.get("traceEvents", []) if e.get("cat") in categories)
+    device = [e for e in document.get("traceEvents", []) if e.get("cat") in categories]
+    working = {(e.get("pid"), e.get("tid")) for e in device if e.get("cat") != "gpu_memcpy"}
+    return sum(float(e.get("dur", 0)) for e in device if (e.get("pid"), e.get("tid")) in working)
 
 
 def replay(db: Path, device: str, repeats: int, warmup: int, variant: str) -> float:
