@@ -187,3 +187,24 @@ def test_a_cpu_trace_has_no_reuse_column(tmp_path: Path) -> None:
     ingest_path(FIXTURES / "cpu" / "indexing_trace.json", tmp_path)
     for path in tmp_path.glob("*.csv"):
         assert PROFILING_INPUT_REUSE not in path.read_text().splitlines()[0]
+
+
+def test_a_strided_broadcast_slice_matches_the_table_it_is_part_of() -> None:
+    """Half of a rotary cos table of [1,1,64] read as [1,1,1,32] (row stride 64) against q's
+    [1,16,1,32] half-heads: the table's writer, not an output of the slice's own shape."""
+    cos = op([], [((1, 1, 64), BF16)])
+    other = op([], [((1, 1, 1, 32), BF16)])  # the slice's own shape, but not the table
+    q = op([], [((1, 16, 1, 64), BF16)])
+    mul = op([((1, 16, 1, 32), BF16), ((1, 1, 1, 32), BF16)], [((1, 16, 1, 32), BF16)],
+             strides=((1024, 64, 1024, 2), (64, 64, 64, 1)))
+    distances = reuse_distances([cos, other, q, mul])
+    assert distances[3] == (2048, 128 + 64 + 2048)  # q's output; the table's, then the other two outputs
+    # a table of another element count is not the slice's
+    wide = op([], [((1, 1, 128), BF16)])
+    assert reuse_distances([wide, q, mul])[2][1] == math.inf
+    # a prefill's table of 512 positions, its half strided in two dimensions
+    table = op([], [((1, 512, 64), BF16)])
+    heads = op([], [((1, 16, 512, 64), BF16)])
+    half = op([((1, 16, 512, 32), BF16), ((1, 1, 512, 32), BF16)], [((1, 16, 512, 32), BF16)],
+              strides=((524288, 32768, 64, 2), (32768, 32768, 64, 1)))
+    assert reuse_distances([table, heads, half])[2] == (2**20, 2**20 + 65536)
