@@ -192,6 +192,38 @@ def test_attention_is_interpolated_by_batch_and_lengths(tmp_path: Path) -> None:
     assert answer.duration_us == pytest.approx(max(work.flops / 500e6, work.nbytes / 2000e3) / (0.1 * 4096 ** 0.3))
 
 
+# Two rows of a grid measured on an H100 (reproduce/lookup_grid.yaml): a prefill of 4 requests,
+# 32768 tokens in all, at even lengths and at the "spread 4" lengths; same shapes, other work.
+_PREFILL = {
+    "Input Shapes": "32768,32,128;32768,8,128;32768,8,128;;2048,2048;4;4" + ";" * 24,
+    "Input Data Types": "DT_BF16;DT_BF16;DT_BF16;DT_UNDEFINED;INT8;INT64;INT64" + ";DT_UNDEFINED" * 24,
+    "Input Formats": "ND;ND;ND;NULL;ND;ND;ND" + ";NULL" * 24,
+    "Output Shapes": "32768,32,128;", "Output Data Types": "DT_BF16;FLOAT", "avg_seq_len": "8192",
+}
+_SPREAD = "13107,22937,29491,32768"
+
+
+def test_a_row_of_other_lengths_never_answers_a_query_for_even_ones_exactly(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    columns = [*_PREFILL, "Runtime actual_seq_lengths_values", "Runtime actual_seq_lengths_kv_values",
+               "Input Values Source", "Average Duration(us)"]
+    table = CsvTable.new(columns)
+    table.append_row({**_PREFILL, "Runtime actual_seq_lengths_values": _SPREAD,
+                      "Runtime actual_seq_lengths_kv_values": _SPREAD, "Input Values Source": "grid: kv spread 4",
+                      "Average Duration(us)": "64522.263"})
+    table.append_row({**_PREFILL, "Input Values Source": "grid: kv even", "Average Duration(us)": ""})
+    table.write(db / "FusedInferAttentionScore.csv")
+    even = make_query({"Kernel Type": "FusedInferAttentionScore", **_PREFILL})
+    answer = lookup(db, even)
+    assert answer.provenance != "exact" and 2 not in answer.rows  # not the spread row's 64.5 ms
+    spread = make_query({"Kernel Type": "FusedInferAttentionScore", **_PREFILL,
+                         "Runtime actual_seq_lengths_values": _SPREAD, "Runtime actual_seq_lengths_kv_values": _SPREAD})
+    assert lookup(db, spread).provenance == "exact" and lookup(db, spread).rows == (2,)
+    table.set(1, "Average Duration(us)", "17458.994")  # the even lengths measured: their own row answers
+    table.write(db / "FusedInferAttentionScore.csv")
+    assert lookup(db, even).provenance == "exact" and lookup(db, even).rows == (3,)
+
+
 def test_grouped_gemms_are_interpolated_by_rows_and_expert_load(tmp_path: Path) -> None:
     db = _database(tmp_path)
     _grid(db, "GroupedMatmul", "qwen3-235b-a22b")
