@@ -72,7 +72,8 @@ def matches(row: MeasuredRow, query: Query) -> bool:
     # them asks for the even lengths its shapes say (a prefill of 4 x 8192 tokens took 17.5 ms at
     # even lengths, 64.5 ms at one request of 32765 and three of 1, with the same shapes)
     given = {column for column, _ in query.attributes}
-    if any(column.startswith(RUNTIME_PREFIX) and cell.strip() and column not in given for column, cell in row.cells.items()):
+    if any(column.startswith(RUNTIME_PREFIX) and cell.strip() and column not in given
+           for column, cell in row.cells.items()):
         return False
     if query.output_shapes:
         return [s for s in row.output_shapes if s is not None] == [s for s in query.output_shapes if s is not None]
