@@ -49,6 +49,10 @@ import time
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 
 SLEEP_S = float(os.environ.get("SLOW_TANH_S", "0.02"))
+# STALL_AT_CALL=N: the N-th call in a process hangs for a minute (a long case), after touching
+# stalled-<pid> in the working directory
+STALL_AT = int(os.environ.get("STALL_AT_CALL", "0"))
+CALLS = [0]
 
 class SlowTanhReplay(OpReplay):
     kernel_types = ("Tanh",)
@@ -61,6 +65,10 @@ class SlowTanhReplay(OpReplay):
         return (self.random(row.present_inputs[0], device, generator),)
 
     def run(self, x):
+        CALLS[0] += 1
+        if CALLS[0] == STALL_AT:
+            open(f"stalled-{os.getpid()}", "w").close()
+            time.sleep(60)
         time.sleep(SLEEP_S)
         return x.tanh()
 '''
@@ -136,12 +144,14 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 # job (`pytest tests &`, nohup, some CI runners) with SIGINT ignored, and a Python started with it
 # ignored never turns SIGINT into KeyboardInterrupt, which the signal tests depend on
 PYTEST_WITH_SIGINT = "import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler); sys.exit(pytest.main())"
+# pytest as a shell's background job starts it: SIGINT ignored, which its xdist workers inherit
+PYTEST_AS_BACKGROUND_JOB = "import signal, sys, pytest; signal.signal(signal.SIGINT, signal.SIG_IGN); sys.exit(pytest.main())"
 
 
 def start_bench(project: Path, *args: str, env: dict[str, str] | None = None, batch: int = 1,
-                own_group: bool = False) -> subprocess.Popen[str]:
+                own_group: bool = False, background: bool = False) -> subprocess.Popen[str]:
     command = [
-        sys.executable, "-c", PYTEST_WITH_SIGINT, "test_kernels.py", "--perf-database-path", "db", "--perf-repeat-count",
+        sys.executable, "-c", PYTEST_AS_BACKGROUND_JOB if background else PYTEST_WITH_SIGINT, "test_kernels.py", "--perf-database-path", "db", "--perf-repeat-count",
         "3", "--perf-warmup-count", "1", "--perf-profile-batch-size", str(batch), "-p", "no:cacheprovider", *args,
     ]
     return subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -279,22 +289,28 @@ def _case_id(nodeid: str) -> str:
     return nodeid.split("[", 1)[1][:-1]
 
 
-@pytest.mark.parametrize("signum,to_group", [(signal.SIGINT, True), (signal.SIGTERM, False)],
-                         ids=["Ctrl-C to the process group", "SIGTERM to pytest alone"])
+@pytest.mark.parametrize("signum,to_group,background", [
+    (signal.SIGINT, True, False), (signal.SIGTERM, False, False), (signal.SIGTERM, False, True),
+], ids=["Ctrl-C to the process group", "SIGTERM to pytest alone", "SIGTERM to a background job"])
 def test_an_interrupt_under_xdist_writes_back_every_case_a_worker_measured(
-    tmp_path: Path, signum: signal.Signals, to_group: bool
+    tmp_path: Path, signum: signal.Signals, to_group: bool, background: bool
 ) -> None:
     """The workers' results sit in their profiler batches (32 cases a batch here) when the
-    interrupt comes: the workers flush them into their journals, the controller writes them."""
+    interrupt comes: the workers flush them into their journals, the controller writes them.
+    A background job's workers start with SIGINT ignored, which xdist stops a busy worker with."""
     project = make_project(tmp_path / "project")
     db = project / "db"
     passed_file = project / "passed.txt"
-    process = start_bench(project, "-n", "2", batch=32, own_group=to_group, env={"SLOW_TANH_S": "0.1"})
+    # a background job's run is stopped with its workers in the middle of a long case: xdist
+    # interrupts them with SIGINT, which they inherited ignored
+    stall = {"STALL_AT_CALL": "12"} if background else {}
+    process = start_bench(project, "-n", "2", batch=32, own_group=to_group, env={"SLOW_TANH_S": "0.1", **stall},
+                          background=background)
 
     def passed() -> set[str]:
         return set(passed_file.read_text().split()) if passed_file.exists() else set()
 
-    wait_for(lambda: len(passed()) >= 3, process, timeout=180)
+    wait_for(lambda: len(passed()) >= 3 and (not background or any(project.glob("stalled-*"))), process, timeout=180)
     if to_group:
         os.killpg(process.pid, signum)  # what a terminal's Ctrl-C does: every process of the run
     else:

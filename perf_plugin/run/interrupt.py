@@ -56,6 +56,29 @@ def sigterm_as_interrupt(config: pytest.Config) -> bool:
     return True
 
 
+def sigint_heard(config: pytest.Config) -> bool:
+    """A worker started with SIGINT ignored takes Python's handler for this run; False where it
+    was not ignored (or this is not the main thread).
+
+    A shell starts a background job (``pytest bench -n 2 &`` in a script, some CI runners) with
+    SIGINT ignored, and its workers inherit that.  xdist stops a worker still running a case by
+    the worker sending itself SIGINT (execnet, five seconds after the shutdown), then ends it with
+    ``os._exit`` ten seconds later: a worker that ignores SIGINT died with its profiler's batch
+    unflushed (SIGTERM to such a run: 41 cases passed, none written back).  Heard, the interrupt
+    flushes that batch into the worker's journal, as under a terminal."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        return False
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    config.add_cleanup(restore)
+    return True
+
+
 _DEFERRED = (signal.SIGINT, signal.SIGTERM)
 
 
