@@ -67,7 +67,7 @@ PROFILING_KERNELS = "Profiling Kernels"
 # in the profiled model (perf_plugin.database.reuse_cell): which inputs a replay leaves in the cache.
 PROFILING_INPUT_REUSE = "Profiling Input Reuse Distance(B)"
 # Per input slot, quantiles of the values a floating input held in the profiled model, where an
-# input-value capture recorded them (top-k's and sort's input: perf_plugin.database.quantiles_cell).
+# input-value capture recorded them (top-k's input: perf_plugin.database.quantiles_cell).
 # A replay draws that input from them; a row without the cell draws its default.
 PROFILING_INPUT_QUANTILES = "Profiling Input Quantiles"
 RAW_DURATION = "Duration(us)"

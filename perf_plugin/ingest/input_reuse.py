@@ -145,7 +145,7 @@ class _Outputs:
             table = [c for c in reversed(self.by_count.get((dtype, numel(base)), [])) if c.alive_at(now)]
             return [c for c in table if _squeezed(c.shape) == _squeezed(base)]
         same = [c for c in reversed(self.by_count.get((dtype, numel(shape)), [])) if c.alive_at(now)]
-        return [c for c in same if c.shape == shape] if _broadcast(shape, out_shape) else same
+        return [c for c in same if c.shape == shape] if operand else same
 
 
 def slot_bytes(slot: Slot) -> int:

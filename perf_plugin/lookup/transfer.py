@@ -46,9 +46,7 @@ def carry_deviation(points: Sequence[Point], target: tuple[float, ...], found: E
     if span <= 0:
         return found
     share = (math.log(at) - math.log(low)) / span
-    series: dict[tuple[float, ...], dict[float, Point]] = {}
-    for point in points:
-        series.setdefault(_without(point.raw, axis), {})[point.raw[axis]] = point
+    series = _series(points, axis)
     mine = _without(target, axis)
     deviations: list[float] = []
     lines: list[int] = []
@@ -77,9 +75,7 @@ def carry_step(points: Sequence[Point], target: tuple[float, ...], names: Sequen
     neighbouring values, and the step the other series take is that change."""
     at = target[0]
     mine = _without(target, 0)
-    series: dict[tuple[float, ...], dict[float, Point]] = {}
-    for point in points:
-        series.setdefault(_without(point.raw, 0), {})[point.raw[0]] = point
+    series = _series(points, 0)
     own = series.get(mine)
     if not own:
         return None
@@ -96,6 +92,14 @@ def carry_step(points: Sequence[Point], target: tuple[float, ...], names: Sequen
     return Estimate(own[anchor].value + step, own[anchor].lines + tuple(lines), (names[0],),
                     f"the nearest row of its series ({names[0]} {anchor:g}) plus the median step to "
                     f"{names[0]} {at:g} ({step:+.3f} log efficiency) of {len(steps)} other series")
+
+
+def _series(points: Sequence[Point], axis: int) -> dict[tuple[float, ...], dict[float, Point]]:
+    """The points by series (their other axes' values), each by its value of ``axis``."""
+    series: dict[tuple[float, ...], dict[float, Point]] = {}
+    for point in points:
+        series.setdefault(_without(point.raw, axis), {})[point.raw[axis]] = point
+    return series
 
 
 def _without(raw: tuple[float, ...], axis: int) -> tuple[float, ...]:

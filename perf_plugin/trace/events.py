@@ -29,7 +29,7 @@ class TraceOp:
     # argument index -> the flattened values of that integer tensor, where a capture recorded
     # them (perf_plugin.capture; attached by perf_plugin.ingest.input_values)
     values: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    # argument index -> quantiles of that floating input's values (top-k's, sort's), likewise
+    # argument index -> quantiles of that floating input's values (top-k's), likewise
     quantiles: dict[int, tuple[float, ...]] = field(default_factory=dict)
     children: list["TraceOp"] = field(default_factory=list)
     parent: "TraceOp | None" = None

@@ -11,7 +11,7 @@ holds the values under the same ``<n>``::
 
 ``values`` maps the argument's position in the traced operator's inputs (its schema's order:
 ``group_list`` is 8 of ``npu::npu_grouped_matmul``) to its values, flattened.  ``quantiles`` (a
-floating input whose values, not only its size, set the kernel's time: top-k's and sort's
+floating input whose values, not only its size, set the kernel's time: top-k's
 input) maps the position to ``QUANTILES`` quantiles of its values, the least first and the
 greatest last; a file without the key is read as having none.  The token tells one
 capture's ranges from another's (a trace may hold several runs).  The file sits beside the trace
