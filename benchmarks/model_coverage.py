@@ -457,10 +457,24 @@ def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
         profile_model(model, args.device, args.tokens, args.decode_steps, second, not args.no_capture)
         spread = reference_spread(trace, second, out)
     del model
+    release_device_memory(args.device)
     reports = replay_trace(name, trace, out, args)
     for report in reports:
         report.reference_spread = spread
     return reports
+
+
+def release_device_memory(device: str) -> None:
+    """Hands the model's device memory back to the driver before the replay's own process starts:
+    the caching allocator would hold it for this process while the replay runs beside it."""
+    if device != "cuda":
+        return
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
 
 
 def reference_spread(first: Path, second: Path, out: Path) -> dict[str, float]:
