@@ -13,7 +13,7 @@ from perf_plugin.cli import main as perfdb
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.table import CsvTable
 from perf_plugin.lookup import Query, lookup
-from perf_plugin.lookup import attention, grouped, hull
+from perf_plugin.lookup import attention, grouped, hull, roofline
 from perf_plugin.lookup.command import make_query
 from perf_plugin.lookup.peaks import PEAKS_FILE, DevicePeaks, find_peaks, read_peaks, write_peaks
 from perf_plugin.lookup.rows import read_rows
@@ -222,6 +222,72 @@ def test_a_row_of_other_lengths_never_answers_a_query_for_even_ones_exactly(tmp_
     table.set(1, "Average Duration(us)", "17458.994")  # the even lengths measured: their own row answers
     table.write(db / "FusedInferAttentionScore.csv")
     assert lookup(db, even).provenance == "exact" and lookup(db, even).rows == (3,)
+
+
+# Prefills of 8 query heads over 2 KV heads measured on an H100 by the CUDA replay (the grid of
+# reproduce/lookup_grid.yaml): (tokens, requests, lengths, cumulative ends or "" for even, us).
+_H100_PREFILLS = [
+    (256, 2, "even", "", 17.808), (256, 2, "spread 4", "205,256", 32.656), (256, 2, "max_mean 4", "255,256", 34.087),
+    (1024, 2, "even", "", 34.418), (1024, 2, "spread 4", "819,1024", 78.864),
+    (1024, 2, "max_mean 4", "1023,1024", 100.036), (4096, 2, "even", "", 231.599),
+    (4096, 2, "spread 4", "3277,4096", 855.976), (4096, 2, "max_mean 4", "4095,4096", 1141.207),
+    (16384, 2, "even", "", 3171.174), (16384, 2, "spread 4", "13107,16384", 10726.921),
+    (16384, 2, "max_mean 4", "16383,16384", 16593.635), (1024, 4, "even", "", 26.28),
+    (1024, 4, "spread 4", "410,717,922,1024", 48.519), (1024, 4, "max_mean 4", "1021,1022,1023,1024", 188.857),
+    (4096, 4, "even", "", 137.811), (4096, 4, "max_mean 4", "4093,4094,4095,4096", 2232.413),
+    (16384, 4, "even", "", 1642.318), (16384, 4, "spread 4", "6554,11469,14746,16384", 4386.943),
+    (16384, 4, "max_mean 4", "16381,16382,16383,16384", 32498.053),
+]
+
+
+def _prefill_cells(tokens: int, requests: int, ends: str) -> dict[str, str]:
+    cells = {"Input Shapes": f"{tokens},8,128;{tokens},2,128;{tokens},2,128;;2048,2048;{requests};{requests}" + ";" * 24,
+             "Input Data Types": _PREFILL["Input Data Types"], "Input Formats": _PREFILL["Input Formats"],
+             "Output Shapes": f"{tokens},8,128;", "Output Data Types": "DT_BF16;FLOAT",
+             "avg_seq_len": str(tokens // requests)}
+    if ends:
+        cells |= {"Runtime actual_seq_lengths_values": ends, "Runtime actual_seq_lengths_kv_values": ends}
+    return cells
+
+
+def _prefill_database(tmp_path: Path, backend: str) -> Path:
+    db = _database(tmp_path)
+    table = CsvTable.new([*_prefill_cells(1, 1, "1"), "Input Values Source", "Average Duration(us)",
+                          "MicroBench Backend"])
+    for tokens, requests, source, ends, us in _H100_PREFILLS:
+        table.append_row({**_prefill_cells(tokens, requests, ends), "Input Values Source": f"grid: kv {source}",
+                          "Average Duration(us)": str(us), "MicroBench Backend": backend})
+    table.write(db / "FusedInferAttentionScore.csv")
+    return db
+
+
+def test_portable_attention_rows_are_read_as_the_replay_computed_them(tmp_path: Path) -> None:
+    """The CUDA replay pads uneven requests to the longest and computes the masked pairs too (a
+    masked kernel), where even causal requests take one causal kernel: the lookup counts that
+    work, and answers a query of uneven lengths from rows of the masked kernel only."""
+    ends = "1638,2867,3686,4096"  # held out: 364.66 us measured
+    query = make_query({"Kernel Type": "FusedInferAttentionScore", **_prefill_cells(4096, 4, ends)})
+    plan = attention._plan("FusedInferAttentionScore", _prefill_cells(4096, 4, ends))
+    assert plan is not None and plan.q_lens == (1638, 1229, 819, 410)
+    assert attention._portable_kernel(plan) == "masked"
+    assert attention._padded_pairs(plan) == 4 * 1638 * 1638
+    even = attention._plan("FusedInferAttentionScore", _prefill_cells(4096, 4, ""))
+    assert even is not None and attention._portable_kernel(even) == "causal"
+    assert attention._padded_pairs(even) == 4 * (1024 * 1024 - 1024 * 1023 / 2)
+
+    db = _prefill_database(tmp_path, "cuda")
+    answer = lookup(db, query)
+    assert answer.provenance in ("interpolated", "fallback") and answer.rows
+    uneven = {line for line, row in enumerate(_H100_PREFILLS, start=2) if row[3]}
+    assert set(answer.rows) <= uneven  # never an even (causal kernel) row
+    padded = roofline.scale(attention._work(plan, "BF16", padded=True), PEAKS)
+    assert answer.details["ideal"] == pytest.approx(padded)
+    assert abs(answer.duration_us / 364.66 - 1) < 0.1  # from 27 % short, counting the fused kernel's work
+
+    # rows a fused kernel measured (an NPU's): its own work, every row of the family a candidate
+    fused = lookup(_prefill_database(tmp_path / "npu", "npu"), query)
+    assert fused.details["ideal"] == pytest.approx(roofline.scale(attention._work(plan, "BF16"), PEAKS))
+    assert fused.details["ideal"] < answer.details["ideal"] / 2
 
 
 def test_grouped_gemms_are_interpolated_by_rows_and_expert_load(tmp_path: Path) -> None:

@@ -10,6 +10,13 @@ length`` and ``log`` of the KV spread (the longest request's KV length over the 
 lengths) (``efficiency.py``), plus the deviation the family's other series show at the query's
 value of the interpolated axis (``transfer.py``: an attention kernel's plan changes when the KV
 length leaves a single block), and the query's time is its roofline time over that efficiency.
+
+Rows the portable replay measured (CUDA, CPU) did the work that replay does, not the fused
+kernel's: it pads unequal requests to the longest and computes the masked pairs too
+(``_padded_pairs``), and runs one of three kernels (``_portable_kernel``), each a family of its
+own.  Counting the fused kernel's work there put a ``spread 4`` prefill's efficiency between the
+even and ``max_mean 4`` rows' where it is not: held-out P90 21.3 % over three distributions on an
+H100, 5.88 % counting the replay's (docs/lookup.md).
 """
 
 from __future__ import annotations
@@ -40,14 +47,48 @@ def _plan(kernel_type: str, cells: Mapping[str, str]) -> FiaPlan | None:
         return None
 
 
-def _work(plan: FiaPlan, dtype: str) -> Work:
+def _work(plan: FiaPlan, dtype: str, padded: bool = False) -> Work:
+    """The operations and bytes of ``plan``'s call; ``padded``: as the portable replay computes it
+    (``_padded_pairs``), rather than as the fused kernel does."""
     causal = plan.sparse_mode == 3
-    pairs = sum(q * kv - (q * (q - 1) / 2 if causal else 0) for q, kv in zip(plan.q_lens, plan.kv_lens))
+    pairs = (_padded_pairs(plan) if padded else
+             sum(q * kv - (q * (q - 1) / 2 if causal else 0) for q, kv in zip(plan.q_lens, plan.kv_lens)))
     qk_dim = plan.head_dim + plan.rope_dim
     size = element_size(dtype) or 2
     tokens, kv_tokens = sum(plan.q_lens), sum(plan.kv_lens)
     nbytes = size * (tokens * plan.heads * (qk_dim + plan.value_dim) + kv_tokens * plan.kv_heads * (qk_dim + plan.value_dim))
     return Work(2.0 * plan.heads * pairs * (qk_dim + plan.value_dim), nbytes, dtype)
+
+
+def _padded_pairs(plan: FiaPlan) -> float:
+    """The (query, key) pairs the portable replay computes (``fused_infer_attention._fia_case``):
+    every request padded to the longest query and the longest KV length, the masked pairs
+    computed too, but where every request attends causally over its own equal tokens (one causal
+    kernel, which skips the upper triangle)."""
+    seq, span = max(plan.q_lens), plan.kv_span
+    if _portable_kernel(plan) == "causal":
+        return plan.batch * (seq * seq - seq * (seq - 1) / 2)
+    return float(plan.batch * seq * span)
+
+
+def _portable_kernel(plan: FiaPlan) -> str:
+    """Which attention the portable replay runs ``plan`` as (``fused_infer_attention._fia_case``):
+    one causal kernel, one with a mask, or one without."""
+    seq, span = max(plan.q_lens), plan.kv_span
+    causal = plan.sparse_mode == 3 and seq > 1
+    if causal and not plan.with_lse and set(plan.q_lens) == set(plan.kv_lens) == {seq}:
+        return "causal"
+    return "masked" if causal or any(n < span for n in plan.kv_lens) else "unmasked"
+
+
+def _replayed_portably(rows: Sequence[MeasuredRow]) -> bool:
+    """Whether the rows' durations are the portable replay's (CUDA, CPU), whose uneven requests
+    are padded, rather than a fused kernel's (an NPU's replay, a profile's rows)."""
+    from perf_plugin.database.schema import MICROBENCH_AVERAGE, MICROBENCH_BACKEND
+
+    measured = [row for row in rows if row.duration_us is not None]
+    return bool(measured) and all(
+        row.column == MICROBENCH_AVERAGE and row.cells.get(MICROBENCH_BACKEND, "") not in ("", "npu") for row in measured)
 
 
 def _position(plan: FiaPlan) -> tuple[float, float, float, float]:
@@ -81,14 +122,22 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
         return Answer(query, NONE, reason="the query's slots and columns do not read as an attention call "
                                           "(the replay's reason: run pytest bench on such a row)")
     family = _family(wanted, query.input_dtypes)
-    query_work = _work(wanted, query.input_dtypes[0])
-    used = peaks if peaks is not None and scale(query_work, peaks) is not None else None
-    points = []
+    members = []
     for row in rows:
         plan = _plan(query.kernel_type, row.cells) if row.duration_us is not None else None
-        if plan is None or _family(plan, row.input_dtypes) != family:
-            continue
-        ideal = scale(_work(plan, row.input_dtypes[0]), used)
+        if plan is not None and _family(plan, row.input_dtypes) == family:
+            members.append((row, plan))
+    # the work as the rows' measurements did it, so that efficiency does not move with the spread
+    # of the lengths: on CUDA a TND prefill of 4 uneven requests took 2x its even counterpart's
+    # time per pair of the fused kernel's work, the padding's
+    padded = _replayed_portably([row for row, _ in members])
+    if padded:  # a causal, a masked and an unmasked kernel: three families
+        members = [(row, plan) for row, plan in members if _portable_kernel(plan) == _portable_kernel(wanted)]
+    query_work = _work(wanted, query.input_dtypes[0], padded)
+    used = peaks if peaks is not None and scale(query_work, peaks) is not None else None
+    points = []
+    for row, plan in members:
+        ideal = scale(_work(plan, row.input_dtypes[0], padded), used)
         assert row.duration_us is not None
         if ideal is not None:
             points.append(efficiency.point(_position(plan), ideal, row.duration_us, row.line))
