@@ -20,6 +20,7 @@ from perf_plugin.database.quantiles_cell import parse_quantiles_cell, quantiles_
 from perf_plugin.database.schema import PROFILING_INPUT_QUANTILES
 from perf_plugin.ingest.pipeline import ingest_path
 from perf_plugin.replay.base import CaseBuildError
+from perf_plugin.replay.verify import VerificationError
 from perf_plugin.trace.values_file import QUANTILES, CapturedCall, CapturedValues, read_values_file, write_values_file
 from tests.kernels.support import kernel_row, replay_of, replay_on_cpu
 
@@ -149,3 +150,39 @@ def test_quantiles_survive_the_values_file_and_bad_ones_are_refused(tmp_path: Pa
     path.write_text(json.dumps(document))
     with pytest.raises(DatabaseError, match="call '0': quantiles must be"):  # descending
         read_values_file(path)
+
+
+# The real Level1 profile's TopKV2 row (tests/fixtures/ascend/kernel_details_level1.csv): top-5
+# of 1000 classes for 32 images, the kernel's INT32 indices.
+_TOPKV2 = {"Input Shapes": '"32,1000;"', "Input Data Types": "FLOAT;INT32", "Input Formats": "FORMAT_ND;FORMAT_ND",
+           "Output Shapes": '"32,5;32,5"', "Output Data Types": "FLOAT;INT32", "Output Formats": "FORMAT_ND;FORMAT_ND"}
+
+
+def test_the_npu_top_k_draws_from_the_rows_quantiles_and_verifies_with_ties() -> None:
+    """``TopKV2`` (the NPU route of ``torch.topk``) with a capture's quantiles: its input drawn from
+    them, ties included, and verified as any correct selection (any tied index is right)."""
+    tied = ",".join(["0.5"] * (QUANTILES - 2) + ["0.75", "1.0"])
+    replay = replay_of("TopKV2")
+    row = kernel_row("TopKV2", {**_TOPKV2, PROFILING_INPUT_QUANTILES: tied})
+    x, k = replay.make_inputs(row, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert tuple(x.shape) == (32, 1000) and k == 5
+    assert 0.5 <= x.min().item() and x.max().item() <= 1.0 and (x == 0.5).float().mean().item() > 0.8
+    replay_on_cpu("TopKV2", {**_TOPKV2, PROFILING_INPUT_QUANTILES: tied})
+    # another kernel's choice among tied values is right; an index of another value, or one
+    # picked twice, is not
+    x[0] = 0.5  # a row whose values all tie
+    values, indices = replay.run(x, k)
+    other = indices.clone()
+    other[0] = torch.arange(1000 - k, 1000)
+    assert not torch.equal(other, indices)
+    assert torch.equal(replay.comparable((x, k), (values, other))[1], replay.comparable((x, k), (values, indices))[1])
+    wrong = indices.clone()
+    wrong[1, 0] = (x[1] < values[1, -1]).nonzero()[0, 0]
+    assert not torch.equal(replay.comparable((x, k), (values, wrong))[1], replay.comparable((x, k), (values, indices))[1])
+    repeated = indices.clone()
+    repeated[0, 1] = repeated[0, 0]
+    with pytest.raises(VerificationError, match="an index repeats"):
+        replay.comparable((x, k), (values, repeated))
+    # without the cell: distinct values, as before
+    plain, _ = replay.make_inputs(kernel_row("TopKV2", _TOPKV2), torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert all(row.unique().numel() == 1000 for row in plain)

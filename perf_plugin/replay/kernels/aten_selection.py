@@ -60,12 +60,21 @@ class AtenSelectionReplay(AtenOpReplay):
             return outputs
         dim, descending, sort_values = selection
         values, indices = outputs
-        x = tensors[int(template[0]["tensor"])].to(values.device, values.dtype)
-        try:
-            _check_distinct(indices, dim)
-            picked = x.gather(dim, indices)
-        except RuntimeError as exc:  # an index out of range
-            raise VerificationError(f"the indices do not address the input: {str(exc).splitlines()[0]}") from None
-        if sort_values:
-            values = values.sort(dim=dim, descending=descending).values
-        return values, picked.sort(dim=dim, descending=descending).values if sort_values else picked
+        return selection_comparable(tensors[int(template[0]["tensor"])], values, indices, dim, descending, sort_values)
+
+
+def selection_comparable(x: "torch.Tensor", values: "torch.Tensor", indices: "torch.Tensor", dim: int,
+                         descending: bool, sort_values: bool) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """A selection's (values, indices) of ``x`` along ``dim`` in the form every correct kernel
+    agrees on: the values (sorted first where ``sort_values``: a top-k's order is free), and the
+    input's values at the indices, sorted as the values are.  Raises VerificationError where an
+    index repeats within a slice or does not address ``x``."""
+    x = x.to(values.device, values.dtype)
+    try:
+        _check_distinct(indices, dim)
+        picked = x.gather(dim, indices)
+    except RuntimeError as exc:  # an index out of range
+        raise VerificationError(f"the indices do not address the input: {str(exc).splitlines()[0]}") from None
+    if sort_values:
+        values = values.sort(dim=dim, descending=descending).values
+    return values, picked.sort(dim=dim, descending=descending).values if sort_values else picked

@@ -32,8 +32,10 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.replay.base import CaseBuildError, OpReplay
+from perf_plugin.replay.kernels.aten_selection import selection_comparable
 from perf_plugin.replay.kernels.elementwise import scalar_aware_inputs
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec, shape_text
+from perf_plugin.replay.value_draws import draw_from_quantiles, recorded_quantiles
 from perf_plugin.trace.args import concrete_arg, tensor_arg
 from perf_plugin.trace.events import TraceOp
 from perf_plugin.trace.mapped import MappedOp, Slot
@@ -257,7 +259,9 @@ class TopKV2Replay(_ExactReplay):
     accuracy): ``x; k`` (a 0-d slot) -> ``values; indices`` along the last dim, largest first,
     sorted.  ``k`` is the outputs' last dim.  API (op_mapping.yaml: ``aten.topk.default`` ->
     TopKV2): ``torch.topk``, whose indices are INT64 (the kernel's INT32 are cast by aclnn, as
-    for ``Sort``).  Values are distinct per row (``_distinct_values``), so the indices are unique."""
+    for ``Sort``).  Values are distinct per row (``_distinct_values``), or drawn from the quantiles a
+    capture recorded of the model's input (``Profiling Input Quantiles``, ``value_draws``), which
+    can tie: the indices are compared as the input's values they pick (``selection_comparable``)."""
 
     kernel_types = ("TopKV2",)
     npu_api = "torch.topk"
@@ -285,6 +289,11 @@ class TopKV2Replay(_ExactReplay):
     def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
         x, values, _ = self._slots(row)
         assert x.shape is not None and values.shape is not None
+        quantiles = recorded_quantiles(row)
+        if quantiles and quantiles[0] is not None:
+            # the model's values: how close they lie sets when the radix selection ends, ties included
+            drawn = draw_from_quantiles(quantiles[0], x.numel, x.torch_dtype(), device, generator)
+            return drawn.view(x.shape), values.shape[-1]
         if x.shape[-1] > distinct_capacity(x):
             raise CaseBuildError(f"{row.kernel_type}: {x.shape[-1]} values per row cannot all differ in {x.dtype}")
         return _distinct_values(x, device, generator), values.shape[-1]
@@ -294,3 +303,9 @@ class TopKV2Replay(_ExactReplay):
 
         values, indices = torch.topk(x, k, dim=-1, largest=True, sorted=True)
         return values, indices
+
+    def comparable(self, args: tuple[Any, ...], outputs: Any) -> Any:
+        """Values as returned (sorted, largest first), indices as the input's values they pick:
+        where values tie (drawn from a model's quantiles) any tied index is right."""
+        values, indices = outputs
+        return selection_comparable(args[0], values, indices, -1, True, False)
