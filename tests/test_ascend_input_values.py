@@ -33,7 +33,8 @@ import torch.profiler as tp
 
 from perf_plugin.capture import capture_input_values
 from perf_plugin.cli import main
-from perf_plugin.database.schema import INPUT_VALUES, INPUT_VALUES_SOURCE
+from perf_plugin.database.quantiles_cell import parse_quantiles_cell
+from perf_plugin.database.schema import INPUT_VALUES, INPUT_VALUES_SOURCE, PROFILING_INPUT_QUANTILES
 from perf_plugin.database.shapes import parse_shape_cell
 from perf_plugin.ingest.ascend_trace_view import to_ns
 from perf_plugin.ingest.ascend_values import AscendValues, DataKernel, link_values, values_cell
@@ -107,21 +108,24 @@ def _ts(text: str, floats: bool) -> str | float:
     return float(text) if floats else text
 
 
-def launch_events(number: int, launch: Launch, floats: bool) -> list[dict[str, object]]:
+def launch_events(number: int, launch: Launch, floats: bool, operator: str = OPERATOR,
+                  kernel: str = KERNEL_NAME) -> list[dict[str, object]]:
     """The range (when captured), the operator inside it, the device task and the flow between them."""
     m, k, n = launch.gemm
     op_ns = to_ns(launch.op_ts)
     assert op_ns is not None
     range_ts = f"{(op_ns - 12_345) // 1000}.{(op_ns - 12_345) % 1000:03d}"
     dims, types = [""] * 2 + [""] * 6 + ["4"], ["TensorList"] * 2 + ["None"] * 6 + ["long int"]
+    if operator != OPERATOR:  # aten::topk(self, k, dim, largest, sorted)
+        dims, types = [f"{m},{k}", "", "", "", ""], ["float", "Scalar", "Scalar", "Scalar", "Scalar"]
     events: list[dict[str, object]] = [] if launch.mark is None else [
         {"ph": "X", "name": launch.mark, "pid": PY_PID, "tid": PY_PID, "ts": _ts(range_ts, floats), "dur": 131.5,
          "cat": "cpu_op", "args": {"Sequence number": -1, "Fwd thread id": 0}}]
     return events + [
-        {"ph": "X", "name": OPERATOR, "pid": PY_PID, "tid": PY_PID, "ts": _ts(launch.op_ts, floats), "dur": 96.84,
+        {"ph": "X", "name": operator, "pid": PY_PID, "tid": PY_PID, "ts": _ts(launch.op_ts, floats), "dur": 96.84,
          "cat": "cpu_op", "args": {"Sequence number": -1, "Fwd thread id": 0, "Input Dims": ";\r\n".join(dims),
                                    "Input type": ";\r\n".join(types), "Call stack": f"moe.py({m}{k}{n}): forward"}},
-        {"name": KERNEL_NAME, "pid": HW_PID, "tid": 2, "ts": launch.start, "dur": float(launch.duration),
+        {"name": kernel, "pid": HW_PID, "tid": 2, "ts": launch.start, "dur": float(launch.duration),
          "args": {"Model Id": 4294967295, "Task Type": "AI_CORE", "Physic Stream Id": 2, "Task Id": 11300 + number,
                   "Batch Id": 0, "Subtask Id": 4294967295, "connection_id": 1700 + number}, "ph": "X"},
         {"ph": "s", "bp": "e", "name": "torch_to_npu", "id": number + 1, "pid": PY_PID, "tid": PY_PID,
@@ -219,6 +223,46 @@ def test_a_values_file_of_another_run_is_said_to_be_one(tmp_path: Path) -> None:
     assert "input values for" not in "\n".join(ingest_path(profile, None).lines())  # none near it: defaults, no report
 
 
+TOPK_KERNEL = "aclnnTopk_TopkV2_TopKV2"  # the real Level1 profile's TopKV2 row's name
+# that row's identity cells: top-5 of 1000 classes for 32 images
+TOPK_CELLS = {"Input Shapes": '"32,1000;"', "Input Data Types": "FLOAT;INT32", "Input Formats": "FORMAT_ND;FORMAT_ND",
+              "Output Shapes": '"32,5;32,5"', "Output Data Types": "FLOAT;INT32", "Output Formats": "FORMAT_ND;FORMAT_ND"}
+
+
+def test_a_top_k_row_gets_the_quantiles_its_calls_saw_and_the_replay_draws_from_them(tmp_path: Path) -> None:
+    """``torch.topk`` captured (a softmax of near-equal logits: close values), its ``TopKV2`` kernel
+    linked through trace_view.json: the row carries the call's quantiles, a call outside the
+    capture adds none, and the replay draws its input from them."""
+    scores = torch.softmax(torch.randn(32, 1000, generator=torch.Generator().manual_seed(0)) * 0.01, dim=-1)
+    with tp.profile(activities=[tp.ProfilerActivity.CPU], record_shapes=True):
+        with capture_input_values(tmp_path / "prof" / "rank0.values.json"):
+            torch.topk(scores, 5, dim=-1)
+    captured = read_values_file(tmp_path / "prof" / "rank0.values.json")
+    (call,) = captured.calls.values()
+    assert set(call.quantiles) == {0}
+    calls = [Launch((32, 1000, 5), mark_name(captured.token, 0), "1736408883710011.250", "1736408883716197.363", "11.9"),
+             Launch((32, 1000, 5), None, "1736408883711040.610", "1736408883716900.517", "12.3")]
+    output = tmp_path / "prof" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    output.mkdir(parents=True)
+    (output / "kernel_details.csv").write_text(ascend_profile.kernel_details_text(
+        {**TOPK_CELLS, "Name": TOPK_KERNEL, "Type": "TopKV2", "Start Time(us)": launch.start + "\t",
+         "Duration(us)": launch.duration} for launch in calls), encoding="utf-8")
+    events = trace_events([])
+    for number, launch in enumerate(calls):
+        events += launch_events(number, launch, False, operator="aten::topk", kernel=TOPK_KERNEL)
+    (output / "trace_view.json").write_text(json.dumps(events), encoding="utf-8")
+    report = ingest_path(output.parent, tmp_path / "db")
+    assert "1 of 1 captured call(s) attached, to 1 kernel launch(es)" in "\n".join(report.lines())
+
+    with (tmp_path / "db" / "TopKV2.csv").open(newline="", encoding="utf-8") as handle:
+        (row,) = [r for r in csv.DictReader(handle) if r["Input Shapes"] == TOPK_CELLS["Input Shapes"]]
+    assert row["Profiling Count"] == "2"  # one row: quantiles do not tell calls apart
+    (quantiles,) = parse_quantiles_cell(row[PROFILING_INPUT_QUANTILES])
+    assert quantiles == pytest.approx(call.quantiles[0], rel=1e-5)
+    x, k = replay_of("TopKV2").make_inputs(kernel_row("TopKV2", row), torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert k == 5 and call.quantiles[0][0] <= x.min().item() and x.max().item() <= call.quantiles[0][-1]
+
+
 # ----------------------------------------------------------------------------- linking, unit by unit
 def _kernel(start: str, slots: str, kernel_type: str = "GroupedMatmul", data: tuple[int, ...] = (7,)) -> DataKernel:
     start_ns = to_ns(start)
@@ -235,8 +279,8 @@ def test_ranges_are_counted_by_what_became_of_them() -> None:
                                       "4": CapturedCall("g", {8: ends_of(EVEN)})})
     kernels = [_kernel(c.start, '"16,32;4,32,8;;;;;;4"') for c in calls[:-1]]  # the last range's kernel is another type
     report = AscendValues(Path("kernel_details.csv"), captured=5)
-    cells = link_values(report, kernels, trace_events(calls), {"tok": captured})
-    assert list(cells.values()) == ['";;;;;;;9,10,10,16"']
+    linked = link_values(report, kernels, trace_events(calls), {"tok": captured})
+    assert list(linked.values.values()) == ['";;;;;;;9,10,10,16"'] and not linked.quantiles
     assert (report.attached, report.kernels, report.without_slot, report.without_values) == (1, 1, 1, 1)
     assert (report.other_capture, report.without_entry, report.without_kernel) == (1, 1, 1)
     text = "\n".join(report.lines())

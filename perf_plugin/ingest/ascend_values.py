@@ -18,6 +18,9 @@ task's ``ts``, its ``torch_to_npu`` flow leads back to the launching operator on
 thread, and the innermost capture range holding that launch is the call.  The values go to the
 row's data slot that holds a 1-D tensor of as many elements (the ``[E]`` group list: slot 7 of
 ``GroupedMatmul``, 4 or 5 of ``GroupedMatmulSwigluQuant``), as the row's ``Input Values`` cell.
+A kernel type whose replay draws a floating input from quantiles (``OpReplay.quantile_inputs``:
+``TopKV2``'s ``x``) takes the quantiles the capture recorded of the call's argument of the same
+position (``torch.topk``'s input), aggregated per row as ``Profiling Input Quantiles``.
 Kernels are keyed by start time and name, the pair a kernel_details row and its device task share.
 
 Written against torch_npu's profiler formats (the public Level1 profile's trace_view.json and
@@ -51,6 +54,16 @@ class DataKernel:
     kernel_type: str
     slots: list[SlotShape]  # its input shapes
     data_slots: tuple[int, ...]  # the slots its replay reads values for
+    quantile_slots: tuple[int, ...] = ()  # the slots its replay draws from quantiles
+
+
+@dataclass
+class Linked:
+    """What linking gave the kernels of one profile: ``Input Values`` cells, and quantiles of
+    floating inputs by slot (``Profiling Input Quantiles``, aggregated per row at ingest)."""
+
+    values: dict[KernelKey, str] = field(default_factory=dict)
+    quantiles: dict[KernelKey, dict[int, tuple[float, ...]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -77,7 +90,7 @@ class AscendValues:
                             (self.without_entry, "ranges with no entry in the values file"),
                             (self.without_kernel, "ranges that launched no kernel whose time depends on values"),
                             (self.without_slot, "kernels whose row has no group-list slot of the values' length"),
-                            (self.without_values, "kernels whose call recorded no values (no group list)")):
+                            (self.without_values, "kernels whose call recorded no values (no group list, no quantiles)")):
             if count:
                 out.append(f"    {what}: {count}")
         out.extend(f"    {problem}" for problem in self.problems)
@@ -95,9 +108,10 @@ def values_files_near(kernel_details: Path) -> list[Path]:
 
 
 def read_data_kernels(path: Path) -> list[DataKernel]:
-    """The rows of kernel types whose replay reads input values (``OpReplay.data_inputs``)."""
+    """The rows of kernel types whose replay reads input values (``OpReplay.data_inputs``) or
+    draws inputs from quantiles (``OpReplay.quantile_inputs``)."""
     kernels: list[DataKernel] = []
-    data_slots: dict[str, tuple[int, ...]] = {}
+    data_slots: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
     try:
         with path.open("r", encoding="utf-8-sig", newline="") as handle:
             reader = csv.DictReader(handle)
@@ -106,13 +120,14 @@ def read_data_kernels(path: Path) -> list[DataKernel]:
                 kernel_type = normalise_kernel_type(cells.get(names.get("Type", "Type")) or "")
                 if kernel_type not in data_slots:
                     replay = get_replay(kernel_type)
-                    data_slots[kernel_type] = tuple(replay.data_inputs) if replay is not None else ()
+                    data_slots[kernel_type] = ((tuple(replay.data_inputs), replay.quantile_inputs)
+                                               if replay is not None else ((), ()))
                 start = to_ns(cells.get(names.get(START_TIME, START_TIME)))
-                if not data_slots[kernel_type] or start is None:
+                if not any(data_slots[kernel_type]) or start is None:
                     continue
                 name = (cells.get(names.get("Name", "Name")) or "").strip()
                 shapes = _slots(cells.get(names.get("Input Shapes", "")) or "")
-                kernels.append(DataKernel((start, name), kernel_type, shapes, data_slots[kernel_type]))
+                kernels.append(DataKernel((start, name), kernel_type, shapes, *data_slots[kernel_type]))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise DatabaseError(f"cannot read it for input values: {exc}", path=path) from None
     return kernels
@@ -149,10 +164,11 @@ def _marks(events: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
 
 
 def link_values(report: AscendValues, kernels: list[DataKernel], events: list[dict[str, Any]],
-                captured: Mapping[str, CapturedValues]) -> dict[KernelKey, str]:
-    """Each linked kernel's ``Input Values`` cell; ``report`` counts what was and was not linked."""
+                captured: Mapping[str, CapturedValues]) -> Linked:
+    """Each linked kernel's ``Input Values`` cell and quantiles; ``report`` counts what was and
+    was not linked."""
     ranges = launching_operators(events, [k.key[0] for k in kernels], lambda name: parse_mark(name) is not None)
-    cells: dict[KernelKey, str] = {}
+    linked = Linked()
     launched: set[str] = set()
     attached: set[str] = set()
     for kernel in kernels:
@@ -163,11 +179,15 @@ def link_values(report: AscendValues, kernels: list[DataKernel], events: list[di
             continue
         launched.add(found.name)
         cell = values_cell(kernel, call) if call.values else None
-        if cell is None:
+        floating = {slot: call.quantiles[slot] for slot in kernel.quantile_slots if slot in call.quantiles}
+        if cell is None and not floating:
             report.without_slot += bool(call.values)
             report.without_values += not call.values
             continue
-        cells[kernel.key] = cell
+        if cell is not None:
+            linked.values[kernel.key] = cell
+        if floating:
+            linked.quantiles[kernel.key] = floating
         attached.add(found.name)
         report.kernels += 1
     for name, (token, key) in _marks(events).items():
@@ -178,30 +198,30 @@ def link_values(report: AscendValues, kernels: list[DataKernel], events: list[di
         elif name not in launched:
             report.without_kernel += 1
     report.attached = len(attached)
-    return cells
+    return linked
 
 
 def kernel_values(kernel_details: Path, trace_view: Path | None, files: list[CapturedValues],
-                  named: bool = False) -> tuple[dict[KernelKey, str], AscendValues | None]:
-    """The ``Input Values`` cells of one kernel_details file's kernels, from the values ``files``
+                  named: bool = False) -> tuple[Linked, AscendValues | None]:
+    """The ``Input Values`` cells and quantiles of one kernel_details file's kernels, from the values ``files``
     whose token its trace's ranges carry, and the report (None: no file of this profile's
     captures was found near it, and none was ``named`` by the user)."""
     report = AscendValues(kernel_details)
     if trace_view is None:
         report.sources, report.captured = [f.source for f in files if f.source], sum(len(f.calls) for f in files)
         report.problems.append("trace_view.json not found beside it: the captured calls cannot be linked to kernels")
-        return {}, report
+        return Linked(), report
     events = read_events(trace_view)
     tokens = {token for token, _ in _marks(events).values()}
     mine = {f.token: f for f in files if f.token in tokens}
     if not mine and not named:
-        return {}, None  # the values files near it are other profiles' (other ranks'): its rows take defaults
+        return Linked(), None  # the values files near it are other profiles' (other ranks'): its rows take defaults
     report.sources = [f.source for f in (mine.values() if mine else files) if f.source is not None]
     report.captured = sum(len(f.calls) for f in (mine.values() if mine else files))
     if not mine:
         report.problems.append("no capture range of trace_view.json carries the values file's token: it was "
                                "written by another run (or the capture ran outside the profiled region)")
-        return {}, report
+        return Linked(), report
     return link_values(report, read_data_kernels(kernel_details), events, mine), report
 
 
@@ -212,11 +232,11 @@ def read_kernel_tables(discovery: disc.Discovery, explicit: Path | None) -> tupl
     tables, reports = [], []
     for path in discovery.files:
         files = named if named is not None else [read_values_file(p) for p in values_files_near(path)]
-        cells: dict[KernelKey, str] = {}
+        linked = Linked()
         if files:
             trace_view = discovery.sidecars.get(path, {}).get(disc.ASCEND_TRACE_VIEW)
-            cells, report = kernel_values(path, trace_view, files, named=named is not None)
+            linked, report = kernel_values(path, trace_view, files, named=named is not None)
             if report is not None:
                 reports.append(report)
-        tables.append(read_profile_table(path, cells))
+        tables.append(read_profile_table(path, linked.values, linked.quantiles))
     return combine(tables), reports

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,6 +26,7 @@ import pandas as pd
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.schema import DETAIL_COLUMNS, IDENTITY_COLUMNS, INPUT_VALUES
 from perf_plugin.ingest import columns as col
+from perf_plugin.ingest.aggregate import INPUT_QUANTILES
 from perf_plugin.ingest.ascend_trace_view import to_ns
 from perf_plugin.ingest.names import COMMUNICATION_CORES, COMMUNICATION_PREFIX, normalise_kernel_type
 
@@ -59,9 +61,11 @@ class ProfileTable:
         return len(self.frame)
 
 
-def read_profile_table(path: str | Path, values_cells: Mapping[KernelKey, str] | None = None) -> ProfileTable:
+def read_profile_table(path: str | Path, values_cells: Mapping[KernelKey, str] | None = None,
+                       quantiles: Mapping[KernelKey, Mapping[int, tuple[float, ...]]] | None = None) -> ProfileTable:
     """The samples of one table; ``values_cells`` gives kernels (by start and name) their
-    ``Input Values`` cell, the values an input-value capture recorded for their call
+    ``Input Values`` cell, the values an input-value capture recorded for their call, and
+    ``quantiles`` the quantiles it recorded of their floating inputs, by input slot
     (``perf_plugin.ingest.ascend_values``)."""
     path = Path(path)
     raw_header = col.read_raw_header(path)
@@ -73,7 +77,7 @@ def read_profile_table(path: str | Path, values_cells: Mapping[KernelKey, str] |
     wanted = {col.TYPE, *IDENTITY_COLUMNS, col.DURATION, *counters}
     if col.NAME in canonical:
         wanted.add(col.NAME)
-    if values_cells and col.NAME in canonical and START_TIME in canonical:
+    if (values_cells or quantiles) and col.NAME in canonical and START_TIME in canonical:
         wanted.add(START_TIME)  # read only when a kernel has values: the column is never used otherwise
     usecols = [name for name in raw_header if to_canonical[name] in wanted]
     numeric = [name for name in usecols if to_canonical[name] in {col.DURATION, *counters}]
@@ -84,24 +88,27 @@ def read_profile_table(path: str | Path, values_cells: Mapping[KernelKey, str] |
     frame = _read_csv(path, usecols, dtypes, numeric)
     frame.columns = [to_canonical[name] for name in frame.columns]
     if START_TIME in frame.columns:
-        frame[INPUT_VALUES] = _values_column(frame, values_cells or {})
+        frame[INPUT_VALUES] = pd.Categorical(_by_kernel(frame, values_cells or {}, ""))
+        if quantiles:
+            frame[INPUT_QUANTILES] = _by_kernel(frame, quantiles, {})
         del frame[START_TIME]
     kind = KIND_OP_SUMMARY if col.is_op_summary_header(header) else KIND_KERNEL_DETAILS
     return _to_samples(frame, counters, path, kind)
 
 
-def _values_column(frame: pd.DataFrame, values_cells: Mapping[KernelKey, str]) -> pd.Categorical:
-    """Each sample's ``Input Values`` cell ("" for most): only the rows named like a kernel with
-    values have their start time parsed, a few among the millions of a model's profile."""
-    names = {name for _, name in values_cells}
+def _by_kernel(frame: pd.DataFrame, by_key: Mapping[KernelKey, Any], default: Any) -> Any:
+    """Each sample's entry of ``by_key`` (``default`` for most, an object array): only the rows
+    named like a kernel given one have their start time parsed, a few among the millions of a
+    model's profile."""
+    names = {name for _, name in by_key}
     candidate = _category_mask(frame[col.NAME], lambda n: n.strip() in names)
-    cells = np.full(len(frame), "", dtype=object)
+    cells = np.full(len(frame), default, dtype=object)
     starts, kernel_names = frame[START_TIME].to_numpy(), frame[col.NAME].to_numpy()
     for index in np.flatnonzero(candidate):
         start = to_ns(starts[index])
         if start is not None:
-            cells[index] = values_cells.get((start, str(kernel_names[index]).strip()), "")
-    return pd.Categorical(cells)
+            cells[index] = by_key.get((start, str(kernel_names[index]).strip()), default)
+    return cells
 
 
 def _read_csv(path: Path, usecols: list[str], dtypes: dict[str, str], numeric: list[str]) -> pd.DataFrame:
@@ -225,6 +232,12 @@ def combine(tables: list[ProfileTable]) -> ProfileTable:
     numbers = pd.concat([frame[[col.DURATION, *counters]] for frame in frames], ignore_index=True)
     frame = pd.DataFrame({name: pd.Series(merged[name]) for name in string_columns})
     frame = pd.concat([frame, numbers], axis=1)
+    if any(INPUT_QUANTILES in table.frame.columns for table in tables):
+        samples: list[Any] = []
+        for table in tables:
+            has = INPUT_QUANTILES in table.frame.columns
+            samples += list(table.frame[INPUT_QUANTILES]) if has else [{}] * len(table.frame)
+        frame[INPUT_QUANTILES] = pd.Series(samples, dtype=object)
     result = ProfileTable(frame=frame, counters=counters)
     for table in tables:
         result.sources += table.sources

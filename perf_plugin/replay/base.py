@@ -116,6 +116,10 @@ class OpReplay(ABC):
     # group list), each with what the replay uses when the row records none (``Input Values``):
     # ingest writes ``Input Values Source`` on these kernel types' rows.
     data_inputs: ClassVar[Mapping[int, str]] = MappingProxyType({})
+    # Floating input slots the replay draws from a row's ``Profiling Input Quantiles`` (top-k's
+    # input): the ingest of an Ascend profile gives slot i the quantiles a capture recorded of
+    # the call's argument i (``perf_plugin.ingest.ascend_values``).
+    quantile_inputs: ClassVar[tuple[int, ...]] = ()
     # The row column that says how many ranks a collective kernel spans (``group_size``), named
     # in the reason a row is skipped when the run cannot form that group.
     group_column: ClassVar[str] = ""

@@ -265,6 +265,7 @@ class TopKV2Replay(_ExactReplay):
 
     kernel_types = ("TopKV2",)
     npu_api = "torch.topk"
+    quantile_inputs = (0,)  # x: torch.topk's argument 0
 
     def _slots(self, row: KernelRow) -> tuple[TensorSpec, TensorSpec, TensorSpec]:
         outputs = row.present_outputs
