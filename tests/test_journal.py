@@ -97,6 +97,9 @@ def pytest_runtest_logreport(report):
     if report.when == "call" and report.passed:
         with open(HERE / "passed.txt", "a") as handle:
             handle.write(report.nodeid + "\\n")
+        if "RANK" in os.environ:  # torchrun: which ranks have measured
+            with open(HERE / f"passed-rank{os.environ['RANK']}.txt", "a") as handle:
+                handle.write(report.nodeid + "\\n")
 
 
 _mark_done = journal.RunJournal.mark_done
@@ -355,7 +358,9 @@ def test_ctrl_c_under_torchrun_writes_back_every_case_each_rank_measured(tmp_pat
     def passed() -> set[str]:
         return set(passed_file.read_text().split()) if passed_file.exists() else set()
 
-    wait_for(lambda: len(passed()) >= 3, process, timeout=180)
+    # each rank has measured a case (on a loaded machine one rank can start seconds after the other)
+    wait_for(lambda: len(passed()) >= 3 and all((project / f"passed-rank{rank}.txt").exists() for rank in (0, 1)),
+             process, timeout=180)
     os.killpg(process.pid, signal.SIGINT)
     output = process.communicate(timeout=120)[0]
     at_end = project / "journal-at-end0.jsonl"  # rank 0's, with rank 1's
