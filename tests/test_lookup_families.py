@@ -269,10 +269,10 @@ def test_portable_attention_rows_are_read_as_the_replay_computed_them(tmp_path: 
     query = make_query({"Kernel Type": "FusedInferAttentionScore", **_prefill_cells(4096, 4, ends)})
     plan = attention._plan("FusedInferAttentionScore", _prefill_cells(4096, 4, ends))
     assert plan is not None and plan.q_lens == (1638, 1229, 819, 410)
-    assert attention._portable_kernel(plan) == "masked"
+    assert plan.portable_kernel == "masked"
     assert attention._padded_pairs(plan) == 4 * 1638 * 1638
     even = attention._plan("FusedInferAttentionScore", _prefill_cells(4096, 4, ""))
-    assert even is not None and attention._portable_kernel(even) == "causal"
+    assert even is not None and even.portable_kernel == "causal"
     assert attention._padded_pairs(even) == 4 * (1024 * 1024 - 1024 * 1023 / 2)
 
     db = _prefill_database(tmp_path, "cuda")

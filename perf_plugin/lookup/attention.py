@@ -13,8 +13,8 @@ length leaves a single block), and the query's time is its roofline time over th
 
 Rows the portable replay measured (CUDA, CPU) did the work that replay does, not the fused
 kernel's: it pads unequal requests to the longest and computes the masked pairs too
-(``_padded_pairs``), and runs one of three kernels (``_portable_kernel``), each a family of its
-own.  Counting the fused kernel's work there put a ``spread 4`` prefill's efficiency between the
+(``_padded_pairs``), and runs one of three kernels (``FiaPlan.portable_kernel``), each a family
+of its own.  Counting the fused kernel's work there put a ``spread 4`` prefill's efficiency between the
 even and ``max_mean 4`` rows' where it is not: held-out P90 21.3 % over three distributions on an
 H100, 5.88 % counting the replay's (docs/lookup.md).
 """
@@ -66,19 +66,9 @@ def _padded_pairs(plan: FiaPlan) -> float:
     computed too, but where every request attends causally over its own equal tokens (one causal
     kernel, which skips the upper triangle)."""
     seq, span = max(plan.q_lens), plan.kv_span
-    if _portable_kernel(plan) == "causal":
+    if plan.portable_kernel == "causal":
         return plan.batch * (seq * seq - seq * (seq - 1) / 2)
     return float(plan.batch * seq * span)
-
-
-def _portable_kernel(plan: FiaPlan) -> str:
-    """Which attention the portable replay runs ``plan`` as (``fused_infer_attention._fia_case``):
-    one causal kernel, one with a mask, or one without."""
-    seq, span = max(plan.q_lens), plan.kv_span
-    causal = plan.sparse_mode == 3 and seq > 1
-    if causal and not plan.with_lse and set(plan.q_lens) == set(plan.kv_lens) == {seq}:
-        return "causal"
-    return "masked" if causal or any(n < span for n in plan.kv_lens) else "unmasked"
 
 
 def _replayed_portably(rows: Sequence[MeasuredRow]) -> bool:
@@ -132,7 +122,7 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
     # time per pair of the fused kernel's work, the padding's
     padded = _replayed_portably([row for row, _ in members])
     if padded:  # a causal, a masked and an unmasked kernel: three families
-        members = [(row, plan) for row, plan in members if _portable_kernel(plan) == _portable_kernel(wanted)]
+        members = [(row, plan) for row, plan in members if plan.portable_kernel == wanted.portable_kernel]
     query_work = _work(wanted, query.input_dtypes[0], padded)
     used = peaks if peaks is not None and scale(query_work, peaks) is not None else None
     points = []

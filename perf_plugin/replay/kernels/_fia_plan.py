@@ -69,6 +69,18 @@ class FiaPlan:
         return max(self.kv_lens)
 
     @property
+    def portable_kernel(self) -> str:
+        """Which attention the portable path runs: ``causal`` where every request attends causally
+        over its own equal tokens (one causal kernel, which skips the upper triangle), ``masked``
+        where a mask hides positions (causal otherwise, or a request shorter than the KV span: the
+        masked pairs are computed too), else ``unmasked``."""
+        seq, span = max(self.q_lens), self.kv_span
+        causal = self.sparse_mode == 3 and seq > 1
+        if causal and not self.with_lse and set(self.q_lens) == set(self.kv_lens) == {seq}:
+            return "causal"
+        return "masked" if causal or any(n < span for n in self.kv_lens) else "unmasked"
+
+    @property
     def kv_blocks(self) -> int:
         """Blocks per request the portable path gathers (paged)."""
         return math.ceil(self.kv_span / self.block_size)

@@ -78,11 +78,12 @@ def _fia_case(plan: FiaPlan, device: "torch.device") -> FiaCase:
         q_index, out_index = padded_index(plan.q_lens, seq, device), packed_positions(plan.q_lens, seq, device)
     if plan.layout == "TND" and not plan.block_size and len(set(plan.kv_lens)) > 1:
         kv_index = padded_index(plan.kv_lens, span, device)
-    causal = plan.sparse_mode == 3 and seq > 1
-    if causal and not plan.with_lse and set(plan.q_lens) == set(plan.kv_lens) == {seq}:
+    kernel = plan.portable_kernel
+    if kernel == "causal":
         # every request attends causally over its own tokens: top-left causal is rightDownCausal
         return FiaCase(plan, q_index, out_index, kv_index, None, is_causal=True)
-    if causal or any(n < span for n in plan.kv_lens):
+    if kernel == "masked":
+        causal = plan.sparse_mode == 3 and seq > 1
         mask = visible_mask(plan.q_lens, plan.kv_lens, span, causal, device)  # [B, S, L]
         group = plan.heads // plan.kv_heads  # the G heads of a KV head share it
         allowed = mask[:, None].expand(batch, group, seq, span).reshape(batch, 1, group * seq, span)
