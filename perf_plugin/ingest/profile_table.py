@@ -88,26 +88,33 @@ def read_profile_table(path: str | Path, values_cells: Mapping[KernelKey, str] |
     frame = _read_csv(path, usecols, dtypes, numeric)
     frame.columns = [to_canonical[name] for name in frame.columns]
     if START_TIME in frame.columns:
-        frame[INPUT_VALUES] = pd.Categorical(_by_kernel(frame, values_cells or {}, ""))
+        keys = _kernel_keys(frame, {name for _, name in [*(values_cells or {}), *(quantiles or {})]})
+        frame[INPUT_VALUES] = pd.Categorical(_by_kernel(len(frame), keys, values_cells or {}, ""))
         if quantiles:
-            frame[INPUT_QUANTILES] = _by_kernel(frame, quantiles, {})
+            frame[INPUT_QUANTILES] = _by_kernel(len(frame), keys, quantiles, {})
         del frame[START_TIME]
     kind = KIND_OP_SUMMARY if col.is_op_summary_header(header) else KIND_KERNEL_DETAILS
     return _to_samples(frame, counters, path, kind)
 
 
-def _by_kernel(frame: pd.DataFrame, by_key: Mapping[KernelKey, Any], default: Any) -> Any:
-    """Each sample's entry of ``by_key`` (``default`` for most, an object array): only the rows
-    named like a kernel given one have their start time parsed, a few among the millions of a
-    model's profile."""
-    names = {name for _, name in by_key}
+def _kernel_keys(frame: pd.DataFrame, names: set[str]) -> dict[int, KernelKey]:
+    """The (start, name) key of each sample named like one of ``names``: only those rows have
+    their start time parsed, a few among the millions of a model's profile."""
     candidate = _category_mask(frame[col.NAME], lambda n: n.strip() in names)
-    cells = np.full(len(frame), default, dtype=object)
     starts, kernel_names = frame[START_TIME].to_numpy(), frame[col.NAME].to_numpy()
+    keys = {}
     for index in np.flatnonzero(candidate):
         start = to_ns(starts[index])
         if start is not None:
-            cells[index] = by_key.get((start, str(kernel_names[index]).strip()), default)
+            keys[int(index)] = (start, str(kernel_names[index]).strip())
+    return keys
+
+
+def _by_kernel(length: int, keys: Mapping[int, KernelKey], by_key: Mapping[KernelKey, Any], default: Any) -> Any:
+    """Each sample's entry of ``by_key`` through its key (``default`` for most), an object array."""
+    cells = np.full(length, default, dtype=object)
+    for index, key in keys.items():
+        cells[index] = by_key.get(key, default)
     return cells
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import astuple
 
+from perf_plugin.database.schema import MICROBENCH_AVERAGE, MICROBENCH_BACKEND
 from perf_plugin.lookup import efficiency, hull, transfer
 from perf_plugin.lookup.answer import NONE, Answer, Query
 from perf_plugin.lookup.peaks import DevicePeaks
@@ -61,7 +62,7 @@ def _work(plan: FiaPlan, dtype: str, padded: bool = False) -> Work:
 
 
 def _padded_pairs(plan: FiaPlan) -> float:
-    """The (query, key) pairs the portable replay computes (``fused_infer_attention._fia_case``):
+    """The (query, key) pairs the portable replay computes (``FiaPlan.portable_kernel``):
     every request padded to the longest query and the longest KV length, the masked pairs
     computed too, but where every request attends causally over its own equal tokens (one causal
     kernel, which skips the upper triangle)."""
@@ -74,8 +75,6 @@ def _padded_pairs(plan: FiaPlan) -> float:
 def _replayed_portably(rows: Sequence[MeasuredRow]) -> bool:
     """Whether the rows' durations are the portable replay's (CUDA, CPU), whose uneven requests
     are padded, rather than a fused kernel's (an NPU's replay, a profile's rows)."""
-    from perf_plugin.database.schema import MICROBENCH_AVERAGE, MICROBENCH_BACKEND
-
     measured = [row for row in rows if row.duration_us is not None]
     return bool(measured) and all(
         row.column == MICROBENCH_AVERAGE and row.cells.get(MICROBENCH_BACKEND, "") not in ("", "npu") for row in measured)
