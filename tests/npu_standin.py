@@ -1,7 +1,7 @@
-"""torch_npu's MoE operators on the CPU: their real schemas in the ``npu`` namespace, CPU kernels.
+"""torch_npu's MoE and varlen attention operators on the CPU: their real schemas in the ``npu`` namespace, CPU kernels.
 
-torch_npu registers ``npu_grouped_matmul`` (and its ``.List`` overload) and
-``npu_grouped_matmul_swiglu_quant`` as ``torch.ops.npu.*`` with the schemas of
+torch_npu registers ``npu_grouped_matmul`` (and its ``.List`` overload),
+``npu_grouped_matmul_swiglu_quant`` and ``npu_fusion_attention`` as ``torch.ops.npu.*`` with the schemas of
 ``tests/fixtures/torch_npu/schemas.txt`` (the torch_npu 2.14.0 wheel's), and binds each operator
 into its own namespace (``torch_npu.npu_grouped_matmul is torch.ops.npu.npu_grouped_matmul``,
 torch_npu's ``__init__``).  Without an NPU, ``standin()`` defines the same schemas, taken from the
@@ -22,7 +22,7 @@ import torch
 from perf_plugin.replay.kernels._grouped_gemm import group_ends, grouped_reference, swiglu_requant
 from tests.npu_schemas import SCHEMAS
 
-OPERATORS = ("npu_grouped_matmul", "npu_grouped_matmul.List", "npu_grouped_matmul_swiglu_quant")
+OPERATORS = ("npu_grouped_matmul", "npu_grouped_matmul.List", "npu_grouped_matmul_swiglu_quant", "npu_fusion_attention")
 TORCH_NPU = types.ModuleType("torch_npu_standin")  # what ``import torch_npu`` gives, for these operators
 
 
@@ -63,6 +63,36 @@ def _swiglu_quant(x: torch.Tensor, weight: torch.Tensor, group_list: torch.Tenso
     return y.to(torch.int8), y_scale.float(), torch.zeros_like(y_scale, dtype=torch.float32)
 
 
+def _fusion_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: int, input_layout: str,
+                      pse: Any = None, padding_mask: Any = None, atten_mask: Any = None, scale: float = 1.0,
+                      keep_prob: float = 1.0, pre_tockens: int = 0, next_tockens: int = 0, inner_precise: int = 0,
+                      prefix: Any = None, actual_seq_qlen: Any = None, actual_seq_kvlen: Any = None,
+                      sparse_mode: int = 0, *_: Any, **__: Any) -> tuple[torch.Tensor, ...]:
+    """The TND layout only: per request (``actual_seq_qlen`` / ``actual_seq_kvlen`` cumulative),
+    softmax over its keys, sparse_mode 3 masking each request's keys past its bottom-right
+    diagonal; returns (attention_out, softmax_max [T,N,8], softmax_sum [T,N,8], softmax_out, seed,
+    offset, numels)."""
+    if input_layout != "TND":
+        raise NotImplementedError("the stand-in computes the TND layout only")
+    q_ends, kv_ends, group = list(actual_seq_qlen), list(actual_seq_kvlen), head_num // key.shape[1]
+    outs, peaks, totals = [], [], []
+    for q0, q1, k0, k1 in zip([0, *q_ends[:-1]], q_ends, [0, *kv_ends[:-1]], kv_ends):
+        q = query[q0:q1].float().transpose(0, 1)
+        k, v = (t[k0:k1].float().transpose(0, 1).repeat_interleave(group, 0) for t in (key, value))
+        scores = q @ k.transpose(1, 2) * scale
+        if sparse_mode == 3:
+            allowed = torch.ones(q1 - q0, k1 - k0, dtype=torch.bool).tril((k1 - k0) - (q1 - q0))
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        peak = scores.amax(-1, keepdim=True)
+        weights = (scores - peak).exp()
+        total = weights.sum(-1, keepdim=True)
+        outs.append(((weights / total) @ v).transpose(0, 1))
+        peaks.append(peak.transpose(0, 1).expand(-1, -1, 8))
+        totals.append(total.transpose(0, 1).expand(-1, -1, 8))
+    out = torch.cat(outs).to(query.dtype)
+    return out, torch.cat(peaks).contiguous(), torch.cat(totals).contiguous(), torch.empty(0, dtype=query.dtype), 0, 0, 0
+
+
 @functools.cache
 def standin() -> torch.library.Library | None:
     """The library holding the operators (None: a real torch_npu defined them already)."""
@@ -72,8 +102,8 @@ def standin() -> torch.library.Library | None:
     library = torch.library.Library("npu", "DEF")  # type: ignore[no-untyped-call]
     for operator in OPERATORS:
         library.define(schema_text(operator))  # type: ignore[no-untyped-call]
-    for operator, kernel in zip(OPERATORS, (_grouped_matmul, _grouped_matmul, _swiglu_quant)):
+    for operator, kernel in zip(OPERATORS, (_grouped_matmul, _grouped_matmul, _swiglu_quant, _fusion_attention)):
         library.impl(operator, kernel, "CPU")  # type: ignore[no-untyped-call]
-    for name in ("npu_grouped_matmul", "npu_grouped_matmul_swiglu_quant"):
+    for name in ("npu_grouped_matmul", "npu_grouped_matmul_swiglu_quant", "npu_fusion_attention"):
         setattr(TORCH_NPU, name, getattr(torch.ops.npu, name))  # as torch_npu's __init__ binds them
     return library

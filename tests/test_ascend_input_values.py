@@ -284,7 +284,7 @@ def test_ranges_are_counted_by_what_became_of_them() -> None:
     assert (report.attached, report.kernels, report.without_slot, report.without_values) == (1, 1, 1, 1)
     assert (report.other_capture, report.without_entry, report.without_kernel) == (1, 1, 1)
     text = "\n".join(report.lines())
-    assert "kernels whose row has no group-list slot of the values' length: 1" in text
+    assert "kernels whose row has no data slot (group list, sequence lengths) of the values' length: 1" in text
     assert "calls missing from the profile" in text
 
 
@@ -295,3 +295,38 @@ def test_the_values_go_to_the_one_data_slot_that_can_hold_them() -> None:
     # the A8W4 layout: weight_assistance_matrix (empty) before the group list
     assert values_cell(_kernel("1.0", '"8,32;3,32,16;3,16;8;;3"', *swiglu), call) == '";;;;;3,3,8"'
     assert values_cell(_kernel("1.0", '"8,32;3,32,16;;;;;;4"'), call) is None  # 4 experts, 3 values
+
+
+# ----------------------------------------------------------------------------- varlen flash attention
+TND_SHAPES = '"96,8,64;160,2,64;160,2,64;;;;2048,2048;;3;3;;;;;"'  # a chunked prefill of 3 requests
+
+
+def test_flash_attention_lengths_go_to_slots_8_and_9_in_argument_order(tmp_path: Path) -> None:
+    """A real capture of ``npu_fusion_attention`` in TND: its host lists ``actual_seq_qlen`` and
+    ``actual_seq_kvlen`` (arguments 14 and 15) become the row's slots 8 and 9, which the replay reads."""
+    from perf_plugin.replay.kernels._flash_varlen import varlen_plan, varlen_reference
+
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(96, 8, 64, generator=generator).bfloat16()
+    k, v = (torch.randn(160, 2, 64, generator=generator).bfloat16() for _ in range(2))
+    mask = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
+    with capture_input_values(tmp_path / "run.values.json"):
+        out, smax, ssum, *_ = TORCH_NPU.npu_fusion_attention(
+            q, k, v, 8, "TND", atten_mask=mask, scale=0.125, sparse_mode=3, actual_seq_qlen=[10, 40, 96],
+            actual_seq_kvlen=[30, 80, 160])
+    (call,) = read_values_file(tmp_path / "run.values.json").calls.values()
+    assert call.values == {14: (10, 40, 96), 15: (30, 80, 160)}
+    cell = values_cell(_kernel("1.0", TND_SHAPES, "FlashAttentionScore", (8, 9)), call)
+    assert cell == '";;;;;;;;10,40,96;30,80,160"'
+    # the real Level2 row (SBH) has no length slots: nothing to hold them
+    level2 = '"4096,1,2048;4096,1,1024;4096,1,1024;;;;2048,2048;;;;;;;;"'
+    assert values_cell(_kernel("1.0", level2, "FlashAttentionScore", (8, 9)), call) is None
+    # the row the replay builds from them computes what the operator computed
+    cells = {"Input Shapes": TND_SHAPES, "Output Shapes": '"96,8,8;96,8,8;;96,8,64"', INPUT_VALUES: cell,
+             "Input Data Types": "DT_BF16;DT_BF16;DT_BF16;DT_BF16;UINT8;DT_BF16;BOOL;INT64;INT64;INT64;INT64;INT64;FLOAT;FLOAT;FLOAT",
+             "Output Data Types": "FLOAT;FLOAT;DT_BF16;DT_BF16"}
+    plan = varlen_plan(kernel_row("FlashAttentionScore", cells))
+    assert (plan.q_lens, plan.kv_lens, plan.scale) == ((10, 30, 56), (30, 50, 80), 0.125)
+    reference, peak, total = varlen_reference(q, k, v, plan)
+    assert torch.allclose(out.double(), reference, atol=2e-2)
+    assert torch.allclose(smax[..., 0].double(), peak, atol=1e-4) and torch.allclose(ssum[..., 0].double(), total, rtol=1e-4)

@@ -72,6 +72,9 @@ class Watched:
     # A floating input whose values set the kernel's time (top-k's): recorded as ``QUANTILES``
     # quantiles of its values, not the values themselves.
     floating: bool = False
+    # A module that registers the operator when imported (``torch.ops.torch_attn`` exists once
+    # ``torch.nn.attention.varlen`` is): imported before the function is looked up.
+    module: str | None = None
 
 
 WATCHED: tuple[Watched, ...] = (
@@ -91,11 +94,24 @@ WATCHED: tuple[Watched, ...] = (
     # softmax of near-equal logits, 8.48 on equal values)
     Watched("torch.topk", {0: ("input", 0)}, floating=True),
     Watched("torch.Tensor.topk", {0: ("self", 0)}, floating=True),
+    # Variable-length attention: a prefill of packed requests costs the sum over requests of
+    # their query x KV lengths, which the packed [T, N, D] shapes do not say.
+    # torch.nn.attention.varlen.varlen_attn calls torch_attn::_varlen_attn(query, key, value,
+    # cu_seq_q, cu_seq_k, max_q, max_k, ...); cu_seq_* = [0, end of each request]
+    Watched("torch.ops.torch_attn._varlen_attn", {3: ("cu_seq_q", 3), 4: ("cu_seq_k", 4)},
+            module="torch.nn.attention.varlen"),
+    # aten::_flash_attention_forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, ...)
+    Watched("torch.ops.aten._flash_attention_forward", {3: ("cum_seq_q", 3), 4: ("cum_seq_k", 4)}),
+    # npu_fusion_attention(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask,
+    # scale, keep_prob, pre_tockens, next_tockens, inner_precise, prefix, int[]? actual_seq_qlen,
+    # int[]? actual_seq_kvlen, ...): TND's cumulative ends, host lists
+    Watched("torch.ops.npu.npu_fusion_attention",
+            {14: ("actual_seq_qlen", 14), 15: ("actual_seq_kvlen", 15)}),
 )
 OPERATORS = "torch.ops."
 
 
-def _resolve(dotted: str) -> list[Any]:
+def _resolve(dotted: str, module: str | None = None) -> list[Any]:
     """What a call of ``dotted`` reaches a ``TorchFunctionMode`` as: the function; for an
     operator (``torch.ops.npu.npu_grouped_matmul``, which torch_npu also binds as
     ``torch_npu.npu_grouped_matmul``) its packet and every overload (``.default``, ``.List``),
@@ -103,6 +119,11 @@ def _resolve(dotted: str) -> list[Any]:
     overload.  Empty when this torch (or the absent torch_npu) has no such function."""
     import importlib
 
+    if module is not None:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            return []  # not in this torch release
     if dotted.startswith(OPERATORS):
         import torch
 
@@ -233,7 +254,7 @@ class InputValueCapture:
         from torch.profiler import record_function
 
         # keyed by the callables themselves: one dictionary lookup per torch call of the step
-        functions = {f: w for w in self._watched for f in _resolve(w.function)}
+        functions = {f: w for w in self._watched for f in _resolve(w.function, w.module)}
         counter = itertools.count()
         capture = self
 

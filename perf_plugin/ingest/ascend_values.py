@@ -17,7 +17,9 @@ group list) is linked to its range the way the FIA bundle check links kernels to
 task's ``ts``, its ``torch_to_npu`` flow leads back to the launching operator on the Python
 thread, and the innermost capture range holding that launch is the call.  The values go to the
 row's data slot that holds a 1-D tensor of as many elements (the ``[E]`` group list: slot 7 of
-``GroupedMatmul``, 4 or 5 of ``GroupedMatmulSwigluQuant``), as the row's ``Input Values`` cell.
+``GroupedMatmul``, 4 or 5 of ``GroupedMatmulSwigluQuant``; a TND ``FlashAttentionScore``'s
+``actual_seq_qlen`` and ``actual_seq_kvlen``, slots 8 and 9, in the call's argument order), as the
+row's ``Input Values`` cell.
 A kernel type whose replay draws a floating input from quantiles (``OpReplay.quantile_inputs``:
 ``TopKV2``'s ``x``) takes the quantiles the capture recorded of the call's argument of the same
 position (``torch.topk``'s input), aggregated per row as ``Profiling Input Quantiles``.
@@ -89,7 +91,7 @@ class AscendValues:
         for count, what in ((self.other_capture, "ranges of another capture (no values file has their token), ignored"),
                             (self.without_entry, "ranges with no entry in the values file"),
                             (self.without_kernel, "ranges that launched no kernel whose time depends on values"),
-                            (self.without_slot, "kernels whose row has no group-list slot of the values' length"),
+                            (self.without_slot, "kernels whose row has no data slot (group list, sequence lengths) of the values' length"),
                             (self.without_values, "kernels whose call recorded no values (no group list, no quantiles)")):
             if count:
                 out.append(f"    {what}: {count}")
@@ -141,14 +143,21 @@ def _slots(cell: str) -> list[SlotShape]:
 
 
 def values_cell(kernel: DataKernel, call: CapturedCall) -> str | None:
-    """The row's ``Input Values`` cell: the call's values in the one data slot that holds a 1-D
-    tensor of as many elements; None when no slot (or more than one) fits."""
-    fits = [(slot, values) for slot in kernel.data_slots for values in call.values.values()
-            if slot < len(kernel.slots) and kernel.slots[slot] == (len(values),)]
-    if len(fits) != 1:
+    """The row's ``Input Values`` cell: the call's recorded arguments, in argument order, each in
+    the first data slot left, in slot order, that holds a 1-D tensor of as many elements (a
+    grouped GEMM's one group list; flash attention's query lengths in slot 8, then its KV lengths
+    in slot 9); None when an argument finds no such slot."""
+    free = [slot for slot in sorted(kernel.data_slots) if slot < len(kernel.slots)]
+    placed: dict[int, tuple[int, ...]] = {}
+    for _, values in sorted(call.values.items()):
+        slot = next((s for s in free if kernel.slots[s] == (len(values),)), None)
+        if slot is None:
+            return None
+        free.remove(slot)
+        placed[slot] = values
+    if not placed:
         return None
-    slot, values = fits[0]
-    return format_shape_cell([*([None] * slot), values], QuoteStyle.EMBEDDED)
+    return format_shape_cell([placed.get(i) for i in range(max(placed) + 1)], QuoteStyle.EMBEDDED)
 
 
 def _marks(events: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:

@@ -33,16 +33,22 @@ class ValueSources:
         return out
 
 
-def source_of(kernel_type: str, values_cell: str) -> str | None:
-    """The ``Input Values Source`` cell of a row, None for a kernel type with no data inputs."""
+def source_of(kernel_type: str, values_cell: str, shapes_cell: str = "") -> str | None:
+    """The ``Input Values Source`` cell of a row, None for a kernel type with no data inputs or a
+    row whose data slots hold no tensor (a FlashAttentionScore row of a layout without lengths).
+    ``shapes_cell`` (the row's ``Input Shapes``) empty: every data slot is taken as present."""
     replay = get_replay(kernel_type)
     if replay is None or not replay.data_inputs:
         return None
+    shapes = parse_shape_cell(shapes_cell) if shapes_cell.strip() else None
+    data = [i for i in replay.data_inputs if shapes is None or (i < len(shapes) and shapes[i] is not None)]
+    if not data:
+        return None
     slots = parse_shape_cell(values_cell) if values_cell.strip() else []
-    recorded = [i for i in replay.data_inputs if i < len(slots) and slots[i] is not None]
+    recorded = [i for i in data if i < len(slots) and slots[i] is not None]
     if recorded:
         return MEASURED_VALUES
-    defaults = dict.fromkeys(replay.data_inputs.values())
+    defaults = dict.fromkeys(replay.data_inputs[i] for i in data)
     return "default: " + ", ".join(defaults)
 
 
@@ -50,7 +56,7 @@ def with_value_sources(rows: list[AggregatedRow]) -> tuple[list[AggregatedRow], 
     sources = ValueSources()
     out = []
     for row in rows:
-        source = source_of(row.kernel_type, row.cells.get(INPUT_VALUES, ""))
+        source = source_of(row.kernel_type, row.cells.get(INPUT_VALUES, ""), row.cells.get("Input Shapes", ""))
         if source is None:
             out.append(row)
             continue

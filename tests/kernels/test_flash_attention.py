@@ -201,7 +201,8 @@ MIXED_DTYPES = FWD_IN_TYPES.format("FLOAT16").replace("FLOAT16;", "DT_BF16;", 1)
         ("FlashAttentionScore", forward_cells(*SBH, mask="64,64"), r"atten_mask \(slot 6\) \[64,64\].*explicit"),
         ("FlashAttentionScore", _with(forward_cells(*SBH), "Input Shapes", '"64,2,128;64,2,64;64,2,64;;1024;;;;;;;;;;"'), r"drop_mask \(slot 4\)"),
         ("FlashAttentionScore", _with(forward_cells(*SBH), "Input Shapes", '"64,2,128;64,2,64;64,2,64;2,4,64,64;;;;;;;;;;;"'), r"pse \(slot 3\)"),
-        ("FlashAttentionScore", forward_cells(*SBH, extra=";;2;2;;;;;"), r"slot 8.*varlen"),
+        # a 3-D query with actual_seq_qlen is read as TND: this SBH query's key does not fit it
+        ("FlashAttentionScore", forward_cells(*SBH, extra=";;2;2;;;;;"), "does not fit query"),
         ("FlashAttentionScore", forward_cells("128,4,32", "128,2,32", "128,4,8"), "TND"),
         ("FlashAttentionScore", forward_cells("64,2,128", "64,2,48", "2,4,64,8"), "fit none of SBH"),
         ("FlashAttentionScore", _with(forward_cells(*SBH), "Input Data Types", MIXED_DTYPES), "one floating dtype"),

@@ -126,7 +126,7 @@ def _geometry(row: KernelRow, qkv: tuple[TensorSpec, ...], stats: TensorSpec, ca
     if stats.shape is None or len(stats.shape) != 4 or stats.shape[3] != STATS_WIDTH or stats.dtype != "FLOAT":
         raise _fail(
             row, f"softmax_max {shape_text(stats)} {stats.dtype} should be [B,N,Sq,8] FLOAT ([T,N,8] is the "
-            "varlen TND layout, whose sequence lengths the row does not record)",
+            "TND layout, which needs actual_seq_qlen and actual_seq_kvlen [B] in slots 8 and 9)",
         )  # fmt: skip
     if v.shape != k.shape:
         raise _fail(row, f"value {shape_text(v)} differs from key {shape_text(k)}")
@@ -170,7 +170,7 @@ def forward_geometry(row: KernelRow) -> Geometry:
     ins, outs = row.inputs, row.outputs
     _require_empty(row, range(3, 6), FORWARD_INPUTS, "pse, dropout and padding masks are not replayed")
     causal = _mask_is_causal(row, 6)
-    _require_empty(row, range(7, len(ins)), (), "prefix, varlen (TND) and FP8 inputs are not replayed")
+    _require_empty(row, range(7, len(ins)), (), "prefix and FP8 inputs are not replayed (TND lengths need a 3-D query)")
     if len(outs) != 4 or outs[2].present:
         raise _fail(row, "needs outputs softmax_max;softmax_sum;(empty softmax_out);attention_out")
     _expect(row, "attention_out (output 3)", outs[3], ins[0])

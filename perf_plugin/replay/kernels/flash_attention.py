@@ -14,7 +14,10 @@ query heads N and Sq; the layout is the SBH/BSH (3-D) or BNSD/BSND (4-D) that q 
 first); D = H_q/N, KV heads = H_kv/D (query head h reads KV head h // (N/N_kv), as torch's
 enable_gqa).  Scale (not recorded): 1/sqrt(D).  Replayed: no mask (sparse_mode 0) or the
 compressed causal one (sparse_mode 2, left-up = torch's ``is_causal``); refused with the reason:
-pse, dropout, explicit masks (values not recorded), varlen TND, prefix, FP8 scales.
+pse, dropout, explicit masks (values not recorded), prefix, FP8 scales.  The TND layout (a 3-D
+query with ``actual_seq_qlen`` / ``actual_seq_kvlen`` ``[B]`` in slots 8 and 9: packed requests of
+unequal lengths, the lengths in ``Input Values``) is replayed by
+``perf_plugin.replay.kernels._flash_varlen``.
 
 NPU: ``torch_npu.npu_fusion_attention(q, k, v, head_num, input_layout, atten_mask, scale,
 keep_prob, sparse_mode)`` returns ``(attention_out, softmax_max, softmax_sum, softmax_out, seed,
@@ -40,6 +43,10 @@ dropout becomes a forward row in BNSD layout with the slots above (the 2048x2048
 mask at slot 6 when ``is_causal``; outputs ``[B,N,Sq,8]`` FLOAT x2, empty, attention_out); the
 backward operators autograd calls (``_scaled_dot_product_{flash_attention_for_cpu,flash_attention,
 efficient_attention,cudnn_attention}_backward``) become grad rows likewise.  Scales are dropped.
+A varlen call (``torch_attn::_varlen_attn``, which ``torch.nn.attention.varlen.varlen_attn``
+calls, or ``aten::_flash_attention_forward`` with ``cum_seq_q``) becomes a TND forward row, its
+``cu_seq`` offsets recorded by an input-value capture as the row's lengths; paged KV
+(``block_table``, ``seqused_k``), sliding windows and ALiBi are left to the operator's own row.
 """
 
 from __future__ import annotations
@@ -57,6 +64,17 @@ from perf_plugin.trace.mapped import MappedOp, Slot, TraceMapper
 
 if TYPE_CHECKING:
     import torch
+from perf_plugin.replay.kernels._flash_varlen import (
+    EVEN_LENGTHS,
+    KV_LENS,
+    Q_LENS,
+    VarlenPlan,
+    is_varlen,
+    offsets,
+    varlen_forward,
+    varlen_plan,
+    varlen_reference,
+)
 from perf_plugin.replay.kernels._flash_attention_math import (
     COMPRESSED_MASK,
     HALF_TOLERANCE,
@@ -106,6 +124,64 @@ def _trace_sdpa(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
     return None if operands is None else _row(*operands, concrete_arg(op, 5) is True, grad=False)
 
 
+# Argument positions of the two varlen operators: (is_causal, window sizes, inputs that must be
+# absent, dropout_p) in ``torch_attn::_varlen_attn(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k,
+# is_causal, scale, window_size, enable_gqa, seqused_k, block_table, num_splits)`` and
+# ``aten::_flash_attention_forward(q, k, v, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
+# is_causal, return_debug_mask, scale, window_size_left, window_size_right, seqused_k,
+# alibi_slopes, block_table, num_splits)``.
+_VARLEN_ATTN = (7, (9,), (11, 12), None)
+_FLASH_FORWARD = (8, (11, 12), (13, 14, 15), 7)
+
+
+def _cumulative_ends(values: tuple[int, ...] | None, batch: int, total: int) -> tuple[int, ...] | None:
+    """A captured ``cu_seq`` ([0, e1 .. eB]) as the row's cumulative ends, None where it is not one."""
+    if values is None or len(values) != batch + 1 or values[0] != 0 or values[-1] != total:
+        return None
+    return tuple(values[1:]) if all(a <= b for a, b in zip(values, values[1:])) else None
+
+
+def _window(op: TraceOp, positions: tuple[int, ...]) -> tuple[int, int] | None:
+    """(left, right) of the call's attention window, (-1, -1) where none is given."""
+    given: list[object] = []
+    for position in positions:
+        value = concrete_arg(op, position)
+        if isinstance(value, list):
+            given.extend(value)
+        else:  # one side of two, or the pair not given (``window_size=None``)
+            given.extend([value] if len(positions) > 1 else [None, None])
+    window = [v for v in (-1 if v is None else v for v in given) if isinstance(v, int)]
+    return (window[0], window[1]) if len(window) == len(given) == 2 else None
+
+
+def _trace_varlen(positions: tuple[int, tuple[int, ...], tuple[int, ...], int | None]) -> TraceMapper:
+    """A varlen attention call (packed ``[T, N, D]`` requests, ``cu_seq`` offsets) -> a TND row.
+    A window of (-1, 0) is the causal mask (``varlen_attn``'s ``window_size=(-1, 0)``)."""
+    causal_at, windows, absent, dropout = positions
+
+    def mapper(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
+        q, k, v, cu_q, cu_k = (tensor_arg(op, i) for i in range(5))
+        if q is None or k is None or v is None or cu_q is None or cu_k is None or q.rank != 3 or v.shape != k.shape:
+            return None
+        window = _window(op, windows)
+        if any(tensor_arg(op, i) is not None for i in absent) or window not in ((-1, -1), (-1, 0)):
+            return None  # paged KV (block_table, seqused_k), ALiBi and sliding windows are other kernels
+        if dropout is not None and concrete_arg(op, dropout) not in (None, 0, 0.0):
+            return None
+        if cu_q.rank != 1 or cu_k.shape != cu_q.shape or cu_q.shape[0] < 2:
+            return None
+        batch = cu_q.shape[0] - 1
+        mapped = _row(q, k, concrete_arg(op, causal_at) is True or window == (-1, 0), grad=False)
+        lengths = Slot((batch,), "INT64")
+        inputs = (*mapped.inputs[:Q_LENS], lengths, lengths, *mapped.inputs[KV_LENS + 1:])
+        q_ends = _cumulative_ends(op.values.get(3), batch, q.shape[0])
+        kv_ends = _cumulative_ends(op.values.get(4), batch, k.shape[0])
+        values = (None,) * Q_LENS + (q_ends, kv_ends) if q_ends is not None and kv_ends is not None else ()
+        return MappedOp(mapped.kernel_type, inputs, mapped.outputs, values=values)
+
+    return mapper
+
+
 def _trace_backward(mask: int | None, dropout: int, causal: int) -> TraceMapper:
     """The mapper of an SDPA backward operator ``(grad_out, q, k, v, ...)`` whose mask, dropout_p
     and is_causal arguments are at these positions."""
@@ -128,14 +204,22 @@ class _AttentionReplay(OpReplay):
 class FlashAttentionScoreReplay(_AttentionReplay):
     kernel_types = ("FlashAttentionScore",)
     npu_api = "torch_npu.npu_fusion_attention"
-    trace_ops = MappingProxyType({"aten::scaled_dot_product_attention": _trace_sdpa})
+    trace_ops = MappingProxyType({
+        "aten::scaled_dot_product_attention": _trace_sdpa,
+        "torch_attn::_varlen_attn": _trace_varlen(_VARLEN_ATTN),
+        "aten::_flash_attention_forward": _trace_varlen(_FLASH_FORWARD),
+    })  # fmt: skip
+    # TND rows: each request's cumulative end (perf_plugin.replay.kernels._flash_varlen)
+    data_inputs = MappingProxyType({Q_LENS: EVEN_LENGTHS, KV_LENS: EVEN_LENGTHS})
 
     def check(self, row: KernelRow) -> None:
-        forward_geometry(row)
+        varlen_plan(row) if is_varlen(row) else forward_geometry(row)
 
     def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
         import torch
 
+        if is_varlen(row):
+            return self._varlen_inputs(row, device, generator)
         g = forward_geometry(row)
         q, k, v = (self.random(spec, device, generator) for spec in row.inputs[:3])
         # softmax_sum of the (lse, 1) pair, made once so that run launches no kernel for it
@@ -145,8 +229,23 @@ class FlashAttentionScoreReplay(_AttentionReplay):
         # on an NPU the outputs are the kernel's own (max, sum) pair: the reference gives that one
         return q, k, v, compressed_mask(device) if g.causal else None, ones, device.type == "npu", g
 
+    def _varlen_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
+        import torch
+
+        plan = varlen_plan(row)
+        q, k, v = (self.random(spec, device, generator) for spec in row.inputs[:3])
+        ones = torch.ones(1, 1, 1, device=device).expand(plan.tokens, plan.heads, STATS_WIDTH) if plan.stats else None
+        mask = compressed_mask(device) if plan.causal else None
+        cu = offsets(plan, device) if device.type == "cuda" else None
+        return q, k, v, mask, ones, device.type == "npu", plan, cu
+
     def npu_call(self, row: KernelRow, args: tuple[Any, ...]) -> ApiCall:
-        q, k, v, mask, ones, _, g = args
+        q, k, v, mask, ones, _, g = args[:7]
+        if isinstance(g, VarlenPlan):
+            return self.api_call(
+                q, k, v, g.heads, "TND", atten_mask=mask, scale=g.scale, keep_prob=1.0, sparse_mode=g.sparse_mode,
+                actual_seq_qlen=g.q_ends, actual_seq_kvlen=g.kv_ends, select=(1, 2, 0) if ones is not None else (0,),
+            )  # fmt: skip
         return self.api_call(
             q, k, v, g.heads, g.layout, atten_mask=mask, scale=g.scale, keep_prob=1.0, sparse_mode=g.sparse_mode,
             select=(1, 2, 0) if ones is not None else (0,),
@@ -156,7 +255,10 @@ class FlashAttentionScoreReplay(_AttentionReplay):
         return row.present_outputs  # attention_out alone for a row from a PyTorch trace
 
     def run(self, *args: Any) -> "tuple[torch.Tensor, ...] | torch.Tensor":
-        q, k, v, _, ones, _, g = args
+        q, k, v, _, ones, _, g = args[:7]
+        if isinstance(g, VarlenPlan):
+            out, lse = varlen_forward(q, k, v, g, args[7])
+            return out if ones is None else (lse.unsqueeze(-1).expand(ones.shape), ones, out)
         if ones is None:  # no stats recorded: the model's own SDPA dispatch, attention_out alone
             return dispatched_forward(g.views(q, k, v), g)
         out, lse = fused_forward(g.views(q, k, v), g)
@@ -165,13 +267,18 @@ class FlashAttentionScoreReplay(_AttentionReplay):
     def reference(self, *args: Any) -> "tuple[torch.Tensor, ...] | torch.Tensor":
         import torch
 
-        q, k, v, _, ones, true_stats, g = args
-        out, peak, total = math_forward(g.views(*float64_copies(q, k, v)), g)
+        q, k, v, _, ones, true_stats, g = args[:7]
+        if isinstance(g, VarlenPlan):
+            out, peak, total = varlen_reference(q, k, v, g)
+            peak, total = peak.unsqueeze(-1), total.unsqueeze(-1)
+        else:
+            bnsd, peak, total = math_forward(g.views(*float64_copies(q, k, v)), g)
+            out = g.from_bnsd(bnsd)
         if ones is None:
             return out
         if true_stats:
-            return peak.expand(ones.shape), total.expand(ones.shape), g.from_bnsd(out)
-        return (peak + total.log()).expand(ones.shape), torch.ones(ones.shape, dtype=torch.float64), g.from_bnsd(out)
+            return peak.expand(ones.shape), total.expand(ones.shape), out
+        return (peak + total.log()).expand(ones.shape), torch.ones(ones.shape, dtype=torch.float64), out
 
 
 class FlashAttentionScoreGradReplay(_AttentionReplay):
