@@ -339,3 +339,40 @@ def test_dry_run_counts_every_distribution(tmp_path: Path, capsys: pytest.Captur
     del plain["kernels"][FIA]["options"]
     config.write_text(yaml.safe_dump(plain), encoding="utf-8")
     assert dry_run(tmp_path / "other") == [8, 0, 0, 0, 0, 8, 8]
+
+
+# ------------------------------------------------------------------ FlashAttentionScore TND (packed prefill)
+def test_flash_attention_tnd_rows_carry_each_distributions_lengths_in_input_values() -> None:
+    from perf_plugin.database.schema import INPUT_VALUES
+    from perf_plugin.replay.kernels._flash_varlen import varlen_plan
+
+    rows, _ = _plan("FlashAttentionScore", (find_model("llama-3.1-8b"),), 32 * GIB)
+    by_shape: dict[str, dict[str, dict[str, str]]] = defaultdict(dict)
+    for row in (r for r in rows if _dims(r["Input Shapes"])[0][1] == 32):  # TP 1: all 32 query heads
+        assert row[INPUT_VALUES_SOURCE] not in by_shape[row["Input Shapes"]]
+        by_shape[row["Input Shapes"]][row[INPUT_VALUES_SOURCE]] = row
+    assert len(by_shape) == 32  # 4 batches x 8 lengths
+    for shapes, found in by_shape.items():
+        batch = _dims(shapes)[8][0]  # actual_seq_qlen: one per request
+        assert set(found) == (LABELS if batch > 1 else {"grid: kv even"})
+        assert found["grid: kv even"].get(INPUT_VALUES, "") == ""  # the replay's default: even lengths
+        for label, row in found.items():
+            plan = varlen_plan(kernel_row_from_cells("FlashAttentionScore", row))
+            tokens = _dims(shapes)[0][0]
+            assert plan.causal and plan.q_lens == plan.kv_lens and sum(plan.q_lens) == tokens
+            if label == "grid: kv spread 4" and batch == 8:
+                assert plan.q_lens == parse_distribution("spread 4").lengths(tokens, batch)
+                assert abs(plan.q_lens[0] / plan.q_lens[-1] - R) < 0.1
+            if label == "grid: kv max_mean 4" and batch == 8:
+                assert plan.q_lens[0] == 4 * tokens // 8 and plan.measured
+
+
+def test_generated_flash_attention_rows_replay_on_the_cpu() -> None:
+    from tests.kernels.support import replay_on_cpu
+
+    rows, _ = _plan("FlashAttentionScore", (find_model("llama-3.1-8b"),), 32 * GIB)
+    small = [r for r in rows if _dims(r["Input Shapes"])[0] == (512, 32, 128) and _dims(r["Input Shapes"])[8][0] == 4]
+    assert len(small) == 3
+    for row in small:
+        (lse, ones, out), _ = replay_on_cpu("FlashAttentionScore", row)
+        assert tuple(out.shape) == (512, 32, 128) and tuple(lse.shape) == (512, 32, 8)

@@ -31,7 +31,12 @@ Where the lengths go is where the replay reads them (``perf_plugin.replay.kernel
   cumulative ends; the shapes do not change.
 
 Other rows (contiguous BSND/BNSD, whose shapes pad every request to the longest, or rows the
-replay cannot read) are written once, unchanged and unlabelled.  A distribution that gives the
+replay cannot read) are written once, unchanged and unlabelled.
+
+``FlashAttentionScore`` rows in the TND layout (packed requests, ``perf_plugin.replay.kernels.
+_flash_varlen``) whose query and KV are the same requests get the lengths as each request's
+cumulative end in ``Input Values`` slots 8 and 9 (``actual_seq_qlen``, ``actual_seq_kvlen``),
+where a capture writes a model's (``with_packed_lengths``).  A distribution that gives the
 lengths an earlier one gave is skipped, and lengths equal to the row's own (every distribution
 of a batch of one) give the even row: such a row is written once, labelled ``even``.  The label
 is ``Input Values Source``: ``grid: kv even``, ``grid: kv spread 4``, ``grid: kv max_mean 4``.
@@ -47,10 +52,11 @@ from fractions import Fraction
 from itertools import accumulate
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.schema import INPUT_VALUES_SOURCE
+from perf_plugin.database.schema import INPUT_VALUES, INPUT_VALUES_SOURCE
 from perf_plugin.database.shapes import QuoteStyle, format_shape_cell, parse_shape_cell
 from perf_plugin.replay.base import CaseBuildError
 from perf_plugin.replay.kernels._fia_plan import BLOCK_TABLE, K_ROPE, KEY, VALUE, FiaPlan, fia_plan
+from perf_plugin.replay.kernels._flash_varlen import KV_LENS, Q_LENS, VarlenPlan, varlen_plan
 from perf_plugin.replay.kernels.mla_prefill import KV_VALUES, Q_VALUES
 from perf_plugin.replay.tensors import kernel_row_from_cells
 
@@ -198,4 +204,37 @@ def with_kv_lengths(cells: dict[str, str], distributions: Sequence[LengthDistrib
             continue
         row = _paged_row(cells, plan, lengths) if plan.block_size else _packed_row(cells, lengths)
         out.append({**row, INPUT_VALUES_SOURCE: SOURCE_PREFIX + distribution.label})
+    return out
+
+
+def _packed_plan(cells: dict[str, str]) -> VarlenPlan | None:
+    """The plan of a generated TND FlashAttentionScore row; None when the replay cannot read it."""
+    try:
+        return varlen_plan(kernel_row_from_cells("FlashAttentionScore", cells))
+    except (CaseBuildError, DatabaseError):
+        return None
+
+
+def with_packed_lengths(cells: dict[str, str], distributions: Sequence[LengthDistribution]) -> list[dict[str, str]]:
+    """One TND ``FlashAttentionScore`` row per distribution that gives new lengths to its packed
+    requests (query and KV the same requests), written as ``Input Values`` slots 8 and 9, the
+    distribution in ``Input Values Source``; the even split stays the row as it was (the replay's
+    default), labelled ``even``."""
+    plan = _packed_plan(cells) if distributions else None
+    if plan is None or plan.q_lens != plan.kv_lens:
+        return [cells]
+    style = QuoteStyle.EMBEDDED if cells["Input Shapes"].startswith('"') else QuoteStyle.PLAIN
+    out: list[dict[str, str]] = []
+    seen: set[tuple[int, ...]] = set()
+    for distribution in distributions:
+        lengths = distribution.lengths(plan.tokens, len(plan.q_lens))
+        if lengths in seen:
+            continue
+        seen.add(lengths)
+        if lengths == plan.q_lens:
+            out.append({**cells, INPUT_VALUES_SOURCE: SOURCE_PREFIX + "even"})
+            continue
+        ends = tuple(accumulate(lengths))
+        values = format_shape_cell([None] * Q_LENS + [ends] * (KV_LENS - Q_LENS + 1), style)
+        out.append({**cells, INPUT_VALUES: values, INPUT_VALUES_SOURCE: SOURCE_PREFIX + distribution.label})
     return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perf_plugin.grid.generators.attention import AttentionGenerator
+from perf_plugin.grid.generators.attention import AttentionGenerator, FlashAttentionGenerator
 from perf_plugin.grid.generators.base import BaseEnv, Generator
 from perf_plugin.grid.generators.gemm import GemmGenerator
 from perf_plugin.grid.generators.moe import MoeGenerator
@@ -13,6 +13,7 @@ GENERATORS: dict[str, Generator] = {
     for generator in (
         GemmGenerator("gemm"),
         AttentionGenerator("attention"),
+        FlashAttentionGenerator("flash_attention"),
         MoeGenerator("moe"),
         TokenwiseGenerator("norm"),
         TokenwiseGenerator("rope"),

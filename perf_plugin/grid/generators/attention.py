@@ -23,6 +23,10 @@ Options: ``kv_lengths`` (a list of ``even``, ``spread R``, ``max_mean R``;
 ``perf_plugin.grid.length_distribution``) writes every row once per distribution of its KV
 lengths over its requests, the lengths in the ``Runtime actual_seq_lengths(_kv)_values`` columns
 the replay reads and the distribution in ``Input Values Source``; ``avg_seq_len`` stays the mean.
+
+``FlashAttentionGenerator`` (``flash_attention``): the same environments and option for
+``FlashAttentionScore`` rows in the TND layout (packed prefill requests), the lengths in
+``Input Values`` slots 8 and 9, where a capture writes a model's.
 """
 
 from __future__ import annotations
@@ -30,9 +34,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from perf_plugin.database.schema import INPUT_VALUES_SOURCE
+from perf_plugin.database.schema import INPUT_VALUES, INPUT_VALUES_SOURCE
 from perf_plugin.grid.generators.base import PerRankGenerator
-from perf_plugin.grid.length_distribution import parse_distributions, with_kv_lengths
+from perf_plugin.grid.length_distribution import parse_distributions, with_kv_lengths, with_packed_lengths
 from perf_plugin.replay.kernels.mla_prefill import KV_VALUES, Q_VALUES
 
 
@@ -51,3 +55,13 @@ class AttentionGenerator(PerRankGenerator):
 
     def variants(self, options: Mapping[str, Any], cells: dict[str, str]) -> list[dict[str, str]]:
         return with_kv_lengths(cells, options.get("kv_lengths", ()))
+
+
+class FlashAttentionGenerator(AttentionGenerator):
+    """``FlashAttentionScore`` TND rows: per distribution, the lengths in ``Input Values``."""
+
+    def row_columns(self, options: Mapping[str, Any]) -> tuple[str, ...]:
+        return (INPUT_VALUES, INPUT_VALUES_SOURCE) if options.get("kv_lengths") else ()
+
+    def variants(self, options: Mapping[str, Any], cells: dict[str, str]) -> list[dict[str, str]]:
+        return with_packed_lengths(cells, options.get("kv_lengths", ()))
