@@ -281,3 +281,17 @@ def test_a_cuda_trace_of_varlen_attn_becomes_a_row_with_its_lengths(tmp_path: Pa
     _on_cuda(row)
     events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert any(e.get("name") == "torch_attn::_varlen_attn" for e in events)
+
+
+def test_the_reference_in_chunks_of_queries_equals_it_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prefill's references are taken a few query rows at a time: the chunks agree with one pass."""
+    import perf_plugin.replay.kernels._flash_varlen as varlen
+
+    replay, row = FlashAttentionScoreReplay(), kernel_row("FlashAttentionScore", CHUNKED)
+    q, k, v = replay.make_inputs(row, torch.device("cpu"), torch.Generator().manual_seed(0))[:3]
+    plan = varlen_plan(row)
+    whole = varlen_reference(q, k, v, plan)
+    monkeypatch.setattr(varlen, "_SCORES_CHUNK", 8 * 80 * 3)  # 3 query rows of the longest request per step
+    chunked = varlen_reference(q, k, v, plan)
+    for a, b in zip(whole, chunked):
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)

@@ -18,7 +18,8 @@ request's query and KV lengths are equal (a prefill).
 Where it runs: on an NPU ``npu_fusion_attention(..., input_layout="TND", actual_seq_qlen,
 actual_seq_kvlen, sparse_mode)``; on CUDA (fp16/bf16, D <= 256) ``aten._flash_attention_forward``
 with the cumulative offsets, the kernel ``varlen_attn`` runs; elsewhere one fused attention per
-request.  References: float64 per request on the CPU.  ``softmax_max`` / ``softmax_sum`` rows
+request.  References: float64 per request, in chunks of queries, on CUDA where the copies fit
+(``OpReplay.reference_on_device``), else on the CPU.  ``softmax_max`` / ``softmax_sum`` rows
 (``[T, N, 8]``, an NPU's) get ``(lse, 1)`` off the NPU, as the dense layouts do
 (``perf_plugin.replay.kernels.flash_attention``).
 """
@@ -44,6 +45,7 @@ MASK = 6
 COMPRESSED_MASK = (2048, 2048)
 STATS_WIDTH = 8
 NO_MASK, RIGHT_DOWN_CAUSAL = 0, 3  # sparse_mode values
+_SCORES_CHUNK = 1 << 25  # float64 scores per step of the reference (256 MB)
 # What a TND row without recorded lengths replays (``Input Values Source``).
 EVEN_LENGTHS = "even lengths"
 _EMPTY_AFTER = range(10, 15)  # q_start_idx, kv_start_idx, the FP8 scales: not replayed
@@ -239,25 +241,31 @@ def _one_request(
 
 
 def varlen_reference(
-    q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", plan: VarlenPlan
+    q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", plan: VarlenPlan, where: "torch.device | None" = None
 ) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
-    """(out [T, N, D], row max [T, N], row sum [T, N]) in float64 on the CPU, one request at a time."""
+    """(out [T, N, D], row max [T, N], row sum [T, N]) in float64 on ``where`` (the CPU by
+    default), one request and ``_SCORES_CHUNK`` scores at a time: a prefill of 16384-token
+    requests holds 8.6e9 scores per request, which no device holds in float64 at once."""
     import torch
 
+    where = where if where is not None else torch.device("cpu")
     group = plan.heads // plan.kv_heads
     outs, peaks, totals = [], [], []
     for (q0, q1), (k0, k1) in zip(_spans(plan.q_lens), _spans(plan.kv_lens)):
         if q1 == q0:
             continue
-        qi = q[q0:q1].double().cpu().transpose(0, 1)  # [N, Sq, D]
-        ki, vi = (t[k0:k1].double().cpu().transpose(0, 1).repeat_interleave(group, 0) for t in (k, v))
-        scores = (qi @ ki.transpose(-1, -2)) * plan.scale
-        if plan.causal:
-            scores = scores.masked_fill(~_bottom_right(q1 - q0, k1 - k0, scores.device), float("-inf"))
-        peak = scores.amax(-1, keepdim=True)
-        weights = (scores - peak).exp()
-        total = weights.sum(-1, keepdim=True)
-        outs.append(((weights / total) @ vi).transpose(0, 1))
-        peaks.append(peak[..., 0].transpose(0, 1))
-        totals.append(total[..., 0].transpose(0, 1))
+        queries = q[q0:q1].to(where, torch.float64).transpose(0, 1)  # [N, Sq, D]
+        keys, values = (t[k0:k1].to(where, torch.float64).transpose(0, 1).repeat_interleave(group, 0) for t in (k, v))
+        rows = max(1, _SCORES_CHUNK // (plan.heads * (k1 - k0)))
+        for start in range(0, q1 - q0, rows):
+            scores = (queries[:, start:start + rows] @ keys.transpose(-1, -2)) * plan.scale
+            if plan.causal:  # query i of the request sees keys up to i + (KV length - query length)
+                limit = torch.arange(start, start + scores.shape[1], device=where)[:, None] + (k1 - k0) - (q1 - q0)
+                scores = scores.masked_fill(torch.arange(k1 - k0, device=where)[None, :] > limit, float("-inf"))
+            peak = scores.amax(-1, keepdim=True)
+            weights = (scores - peak).exp()
+            total = weights.sum(-1, keepdim=True)
+            outs.append(((weights / total) @ values).transpose(0, 1))
+            peaks.append(peak[..., 0].transpose(0, 1))
+            totals.append(total[..., 0].transpose(0, 1))
     return torch.cat(outs), torch.cat(peaks), torch.cat(totals)

@@ -211,6 +211,8 @@ class FlashAttentionScoreReplay(_AttentionReplay):
     })  # fmt: skip
     # TND rows: each request's cumulative end (perf_plugin.replay.kernels._flash_varlen)
     data_inputs = MappingProxyType({Q_LENS: EVEN_LENGTHS, KV_LENS: EVEN_LENGTHS})
+    # the TND reference computes where its float64 copies fit (CUDA); the other layouts' on the host
+    reference_on_device = True
 
     def check(self, row: KernelRow) -> None:
         varlen_plan(row) if is_varlen(row) else forward_geometry(row)
@@ -268,8 +270,8 @@ class FlashAttentionScoreReplay(_AttentionReplay):
         import torch
 
         q, k, v, _, ones, true_stats, g = args[:7]
-        if isinstance(g, VarlenPlan):
-            out, peak, total = varlen_reference(q, k, v, g)
+        if isinstance(g, VarlenPlan):  # a packed prefill's float64 attention takes minutes on a host
+            out, peak, total = varlen_reference(q, k, v, g, None if true_stats else self.reference_device(args[:3]))
             peak, total = peak.unsqueeze(-1), total.unsqueeze(-1)
         else:
             bnsd, peak, total = math_forward(g.views(*float64_copies(q, k, v)), g)
