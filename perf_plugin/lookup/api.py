@@ -4,7 +4,8 @@ Exact first: a row whose input shapes and dtypes (and formats, output shapes and
 where the query gives them) are the query's answers with its duration (``rows.py`` says which
 column).  Else the kernel family's interpolation inside the hull of measured rows: GEMMs in
 (M, N, K) (``gemm.py``); attention by batch, lengths and KV spread (``attention.py``); grouped MoE
-GEMMs by rows and the split's tile excess (``grouped.py``); kernels that stream their inputs by
+GEMMs by rows and the split's tile excess (``grouped.py``); packed (TND) flash attention by batch,
+request length and length spread (``varlen_attention.py``); kernels that stream their inputs by
 bytes, or rows and width (``by_size.py``).  Outside the hull of the family's rows, the nearest
 row's efficiency held (a ``fallback``, ``efficiency.py``).  With no row of the family at all and
 the device's peaks beside the database (``perfdb peaks``), the roofline, saying why no row
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.lookup import attention, by_size, gemm, grouped
+from perf_plugin.lookup import attention, by_size, gemm, grouped, varlen_attention
 from perf_plugin.lookup.answer import EXACT, NONE, ROOFLINE, Answer, Query
 from perf_plugin.lookup.peaks import DevicePeaks, find_peaks
 from perf_plugin.lookup.roofline import Work, describe_roofline, ideal_us, tensor_bytes
@@ -45,6 +46,8 @@ def family(kernel_type: str) -> tuple[Interpolation, Callable[[Query], Work | No
         return attention.interpolate, attention.query_work
     if kernel_type in grouped.KERNEL_TYPES:
         return grouped.interpolate, grouped.query_work
+    if kernel_type in varlen_attention.KERNEL_TYPES:
+        return varlen_attention.interpolate, varlen_attention.query_work
     if kernel_type in BY_SIZE_TYPES:
         return by_size.interpolate, streaming_work
     return None
@@ -63,8 +66,11 @@ def matches(row: MeasuredRow, query: Query) -> bool:
         theirs = [f if f not in formats else "ND" for _, f in _present(query.input_shapes, query.input_formats)]
         if mine != theirs:
             return False
-    if query.input_values and row.cells.get("Input Values", "").strip().strip('"') != query.input_values:
+    values = row.cells.get("Input Values", "").strip().strip('"')
+    if query.input_values and values != query.input_values:
         return False
+    if values and not query.input_values and query.kernel_type in varlen_attention.KERNEL_TYPES:
+        return False  # packed requests: a query without lengths asks for even ones, a row with them measured others
     for column, cell in query.attributes:  # an attention row's lengths: part of what it measured
         if column in row.cells and row.cells[column].strip().strip('"') != cell.strip().strip('"'):
             return False
