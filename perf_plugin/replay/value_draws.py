@@ -1,4 +1,7 @@
-"""Inputs drawn from the values a model gave them: a row's ``Profiling Input Quantiles``.
+"""Inputs drawn from the values a model gave them: a row's ``Input Values`` and ``Profiling Input Quantiles``.
+
+``recorded_values`` reads the integer values a capture recorded for a slot (a grouped GEMM's
+group list, packed attention's sequence lengths), which the replays build their inputs from.
 
 Where an input-value capture recorded quantiles of a floating input (top-k's: how close its
 values lie sets how soon the radix selection ends), the replay draws that input from them
@@ -14,12 +17,26 @@ from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.quantiles_cell import parse_quantiles_cell
-from perf_plugin.database.schema import PROFILING_INPUT_QUANTILES
+from perf_plugin.database.schema import INPUT_VALUES, PROFILING_INPUT_QUANTILES
+from perf_plugin.database.shapes import parse_shape_cell
 from perf_plugin.replay.base import CaseBuildError
 from perf_plugin.replay.tensors import KernelRow
 
 if TYPE_CHECKING:
     import torch
+
+
+def recorded_values(row: KernelRow, slot: int) -> tuple[int, ...] | None:
+    """The values the row's ``Input Values`` cell holds for input ``slot``; None where it holds none."""
+    cell = row.attrs.get(INPUT_VALUES, "").strip().strip('"')
+    if not cell:
+        return None
+    try:
+        slots = parse_shape_cell(cell)
+    except (ValueError, DatabaseError) as exc:
+        raise CaseBuildError(f"'{INPUT_VALUES}' cell {cell!r} cannot be read: {exc}") from None
+    values = slots[slot] if slot < len(slots) else None
+    return tuple(values) if values is not None else None
 
 
 def recorded_quantiles(row: KernelRow) -> tuple[tuple[float, ...] | None, ...]:

@@ -32,9 +32,10 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from perf_plugin.database.schema import INPUT_VALUES
-from perf_plugin.database.shapes import parse_shape_cell
 from perf_plugin.replay.base import CaseBuildError
+from perf_plugin.replay.kernels._flash_attention_math import COMPRESSED_MASK, STATS_WIDTH
 from perf_plugin.replay.kernels.mla_prefill import distribute, lengths_from_cumulative
+from perf_plugin.replay.value_draws import recorded_values
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec, shape_text
 
 if TYPE_CHECKING:
@@ -42,8 +43,6 @@ if TYPE_CHECKING:
 
 Q_LENS, KV_LENS = 8, 9  # actual_seq_qlen, actual_seq_kvlen
 MASK = 6
-COMPRESSED_MASK = (2048, 2048)
-STATS_WIDTH = 8
 NO_MASK, RIGHT_DOWN_CAUSAL = 0, 3  # sparse_mode values
 _SCORES_CHUNK = 1 << 25  # float64 scores per step of the reference (256 MB)
 # What a TND row without recorded lengths replays (``Input Values Source``).
@@ -95,21 +94,8 @@ class VarlenPlan:
         return sum(self.q_lens)
 
 
-def recorded_ends(row: KernelRow, slot: int) -> list[int] | None:
-    """The cumulative ends the row's ``Input Values`` cell holds at ``slot``; None without."""
-    cell = row.attrs.get(INPUT_VALUES, "").strip().strip('"')
-    if not cell:
-        return None
-    try:
-        slots = parse_shape_cell(cell)
-    except ValueError as exc:
-        raise CaseBuildError(f"{row.kernel_type}: '{INPUT_VALUES}' cell {cell!r} cannot be read: {exc}") from None
-    values = slots[slot] if slot < len(slots) else None
-    return list(values) if values is not None else None
-
-
 def _lengths(row: KernelRow, slot: int, total: int, batch: int, what: str) -> tuple[tuple[int, ...], bool]:
-    ends = recorded_ends(row, slot)
+    ends = recorded_values(row, slot)
     if ends is None:
         return tuple(distribute(total, batch)), False
     if len(ends) != batch:

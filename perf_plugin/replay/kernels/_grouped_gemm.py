@@ -11,9 +11,9 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.schema import INPUT_VALUES
-from perf_plugin.database.shapes import parse_shape_cell
 from perf_plugin.replay.api_call import NpuFormat
 from perf_plugin.replay.base import CaseBuildError
+from perf_plugin.replay.value_draws import recorded_values
 from perf_plugin.replay.tensors import KernelRow, TensorSpec, shape_text
 
 if TYPE_CHECKING:
@@ -151,14 +151,7 @@ def recorded_group_sizes(row: KernelRow, index: int, experts: int, rows: int) ->
     """The rows per group the model routed, from the row's ``Input Values`` cell at the group
     list's slot (cumulative ends, as ``torch._grouped_mm``'s ``offs`` and the API's
     ``group_list_type=0``); None when the row records none."""
-    cell = row.attrs.get(INPUT_VALUES, "").strip()
-    if not cell:
-        return None
-    try:
-        slots = parse_shape_cell(cell)
-    except ValueError as exc:
-        raise CaseBuildError(f"'{INPUT_VALUES}' cell {cell!r} cannot be read: {exc}") from None
-    ends = slots[index] if index < len(slots) else None
+    ends = recorded_values(row, index)
     if ends is None:
         return None
     sizes = tuple(end - start for start, end in zip((0, *ends), ends))
