@@ -1,0 +1,61 @@
+"""Kernel types of operators without a replay of their own keep a name ``torch.ops.aten`` knows:
+a Python operator's (``aten::__and__``, the causal-and-padding mask of ``transformers``' MoE
+models) keeps its underscores, an in-place operator's trailing ``_`` goes; ``torch.concat``
+(PhiMoE's router) is the ``cat`` it calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from perf_plugin.ingest.aten_mapping import sanitise_operator_name  # noqa: E402
+from perf_plugin.ingest.pipeline import ingest_path  # noqa: E402
+from tests.kernels.support import replay_on_cpu  # noqa: E402
+
+
+def test_names() -> None:
+    assert sanitise_operator_name("aten::__and__") == "aten.__and__"
+    assert sanitise_operator_name("aten::__or__") == "aten.__or__"
+    assert sanitise_operator_name("aten::masked_fill_") == "aten.masked_fill"
+    assert sanitise_operator_name("aten::add_") == "aten.add"
+    assert sanitise_operator_name("vllm::rms_norm") == "vllm.rms_norm"
+    assert sanitise_operator_name("::odd name_") == "odd_name"
+
+
+def test_a_traced_mask_and_replays(tmp_path: Path) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    causal = torch.ones(1, 1, 64, 64, dtype=torch.bool).tril()
+    padding = torch.rand(1, 1, 64, 64) > 0.1
+    scores = torch.randn(1, 1, 64, 64)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        mask = causal & padding
+        either = causal | padding
+        scores.clamp_(min=-1.0)
+    trace = tmp_path / "mask.pt.trace.json"
+    prof.export_chrome_trace(str(trace))
+    rows = {row.kernel_type: row for row in ingest_path(trace, None).rows}
+    assert {"aten.__and__", "aten.__or__", "aten.clamp"} <= set(rows)
+    for kernel_type in ("aten.__and__", "aten.__or__"):
+        outputs, _ = replay_on_cpu(kernel_type, dict(rows[kernel_type].cells))
+        assert tuple(outputs.shape) == (1, 1, 64, 64) and outputs.dtype == torch.bool
+    clamped, _ = replay_on_cpu("aten.clamp", dict(rows["aten.clamp"].cells))  # the in-place call, replayed
+    assert tuple(clamped.shape) == (1, 1, 64, 64) and mask.shape == either.shape
+
+
+def test_concat_is_the_cat_it_calls(tmp_path: Path) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    a, b = torch.randn(512, 1), torch.randn(512, 1)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        torch.concat([a, b], dim=-1)
+        torch.concatenate([a, b], dim=0)
+    trace = tmp_path / "concat.pt.trace.json"
+    prof.export_chrome_trace(str(trace))
+    rows = ingest_path(trace, None).rows
+    assert sorted((row.kernel_type, row.cells["Output Shapes"]) for row in rows) == [
+        ("ConcatD", '"1024,1"'), ("ConcatD", '"512,2"')
+    ]
