@@ -24,7 +24,9 @@ dimensions: 8 experts, top-2, about one M-tile per expert on a 512-token prefill
 ``deepseek-v3`` (DeepSeek-V3-style: MLA attention, 64 routed experts in 8 groups, top-6 by group,
 one shared expert; reduced width), ``olmoe`` (OLMoE-1B-7B dimensions: 64 small experts, top-8),
 ``qwen2`` (Qwen2-7B dimensions: biased QKV) and ``phi3`` (Phi-3-mini dimensions: fused QKV and
-gate/up projections).  MoE models run ``transformers``' ``grouped_mm`` experts.
+gate/up projections).  ``hf:TYPE`` builds any other ``transformers`` architecture at its
+configuration's default dimensions (``hf:gpt_oss``, ``hf:qwen2_moe``, ``hf:gemma3_text``, ...).
+MoE models run ``transformers``' ``grouped_mm`` experts.
 
 Every profile runs inside ``perf_plugin.capture.capture_input_values`` (``--no-capture``: not),
 which writes ``trace.values.json`` beside the trace: the grouped GEMM rows then carry the
@@ -188,8 +190,9 @@ def _as_module(function: Any) -> Any:
 
 
 def router_modules(model: Any) -> list[tuple[str, Any]]:
-    """The MoE routers (``mlp.gate`` of every sparse layer), in layer order."""
-    return [(name, module) for name, module in model.named_modules() if name.endswith("mlp.gate")]
+    """The MoE routers (``mlp.gate``, or ``mlp.router`` in GPT-OSS and PhiMoE, of every sparse
+    layer), in layer order."""
+    return [(name, module) for name, module in model.named_modules() if name.endswith(("mlp.gate", "mlp.router"))]
 
 
 def router_inputs(model: Any, ids: Any) -> dict[str, tuple[Any, Any]]:
@@ -309,6 +312,35 @@ CONFIGS: dict[str, Callable[[bool], Any]] = {
 }
 
 
+TINY_DIMENSIONS = {
+    "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 128,
+    "shared_expert_intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+    "vocab_size": 1024, "num_experts": 8, "num_local_experts": 8, "n_routed_experts": 8,
+}
+
+
+def architecture_config(model_type: str, tiny: bool) -> Any:
+    """``hf:TYPE``: any ``transformers`` architecture at its configuration class's default
+    dimensions (for most, those of the model the architecture was published with), so a model
+    the database was never tuned on is measured the same way as the named ones."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(model_type)
+    if tiny:
+        for name, value in TINY_DIMENSIONS.items():
+            if getattr(config, name, None):
+                setattr(config, name, value)
+    return config
+
+
+def model_config(name: str, tiny: bool) -> Any:
+    if name.startswith("hf:"):
+        return architecture_config(name.removeprefix("hf:"), tiny)
+    if name not in CONFIGS:
+        raise SystemExit(f"unknown model {name!r}: one of {', '.join(CONFIGS)}, or hf:MODEL_TYPE")
+    return CONFIGS[name](tiny)
+
+
 def expert_count(config: Any) -> int:
     for name in ("num_experts", "num_local_experts", "n_routed_experts"):
         if getattr(config, name, None):
@@ -320,14 +352,20 @@ def build_model(name: str, layers: int, device: str, tiny: bool, tokens: int) ->
     import torch
     from transformers import AutoModelForCausalLM
 
-    config = CONFIGS[name](tiny)
+    config = model_config(name, tiny)
     config.num_hidden_layers = layers
     config._attn_implementation = "sdpa"
     if expert_count(config):
         config._experts_implementation = "grouped_mm"
     torch.manual_seed(0)
     with torch.device(device):  # initialised where it runs: random weights of billions of parameters
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+        try:
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+        except ValueError as error:  # an architecture without SDPA (GPT-OSS's attention sinks) runs its own
+            if "scaled_dot_product_attention" not in str(error):
+                raise
+            config._attn_implementation = "eager"
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
     if name == "llama-fp8":
         to_fp8_linears(model)
     if expert_count(config):
@@ -443,7 +481,7 @@ def collect_rows(db: Path) -> list[RowOutcome]:
 
 def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
     """Profile the model, then ingest and replay its trace (``replay_trace``)."""
-    out = Path(args.out) / name
+    out = Path(args.out) / name.replace(":", "-")
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.json"
     model = build_model(name, args.layers, args.device, args.tiny, args.tokens)
@@ -506,6 +544,8 @@ def replay_trace(name: str, trace: Path, out: Path, args: argparse.Namespace) ->
 
     from perf_plugin.ingest.pipeline import ingest_path
 
+    for stale in (out / "ingested", *out.glob("db_*")):  # an earlier run's rows would merge with these
+        shutil.rmtree(stale, ignore_errors=True)
     ingested = ingest_path(trace, out / "ingested")
     total = trace_kernel_us(trace) if args.device == "cuda" else sum(r.average * r.count for r in ingested.rows)
     reports = []
