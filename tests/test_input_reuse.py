@@ -208,3 +208,25 @@ def test_a_strided_broadcast_slice_matches_the_table_it_is_part_of() -> None:
     half = op([((1, 16, 512, 32), BF16), ((1, 1, 512, 32), BF16)], [((1, 16, 512, 32), BF16)],
               strides=((524288, 32768, 64, 2), (32768, 32768, 64, 1)))
     assert reuse_distances([table, heads, half])[2] == (2**20, 2**20 + 65536)
+
+
+def test_a_broadcast_operand_chooses_before_the_slot_of_the_outputs_shape() -> None:
+    """Gemma's norm ``x * (1 + w)`` in a decode step (H200 trace of ``hf:gemma3_text``): the
+    ``1 + w`` of ``[2304]`` is newer than ``x`` of ``[1,1,2304]`` and has its element count; taken
+    by ``x``'s slot first, it left the operand without a writer, replayed from memory (1.29x)."""
+    x = op([], [((1, 1, 2304), F32)])
+    one_plus_w = op([((2304,), BF16)], [((2304,), F32)])  # from the bf16 weight, no writer
+    scale = op([((1, 1, 2304), F32), ((2304,), F32)], [((1, 1, 2304), F32)])
+    distances = reuse_distances([x, one_plus_w, scale])
+    assert distances[2] == (9216 + 4608 + 9216, 4608 / 2 + 9216)
+
+
+def test_an_operand_matches_its_table_written_without_the_dimensions_of_1() -> None:
+    """A rotary ``cos`` written as ``[1,1,128]`` and read unsqueezed as ``[1,1,1,128]`` against
+    q's ``[1,8,1,128]``; a weight of ``[128]`` is still not an activation of ``[1,1,128]``."""
+    cos = op([], [((1, 1, 128), BF16)])
+    q = op([], [((1, 8, 1, 128), BF16)])
+    mul = op([((1, 8, 1, 128), BF16), ((1, 1, 1, 128), BF16)], [((1, 8, 1, 128), BF16)])
+    assert reuse_distances([cos, q, mul])[2] == (2048, 256 + 2048)
+    weight_times = op([((1, 1, 128), BF16), ((128,), BF16)], [((1, 1, 128), BF16)])
+    assert reuse_distances([cos, weight_times])[1] == (256, math.inf)

@@ -16,8 +16,12 @@ the allocator's events, an output released before the consumer started is no can
 
 * an operand broadcast against an element-wise operator's output (a norm's weight of shape
   ``[4096]`` times activations of ``[1,1,4096]``, a rotary ``cos`` of ``[1,1,1,128]``) matches
-  only an output of its very shape: such operands are a model's parameters or tables built
-  once, and the element count alone would pair a weight with the activation beside it;
+  only an output of its very shape, or of that shape with dimensions of 1 left out (the rotary
+  table written as ``[1,1,128]`` and unsqueezed): such operands are a model's parameters or
+  tables built once, and the element count alone would pair a weight with the activation beside
+  it.  Operands choose before the operator's other inputs, which match by element count and
+  would otherwise take an operand's writer: Gemma's norm ``x * (1 + w)`` read ``1 + w`` as ``x``
+  and then found no writer for its operand;
 * a strided view (a recorded non-contiguous layout, such as the half of a head that rotary
   embedding negates) matches the latest output whose elements cover the view's span: it reads
   part of a larger tensor;
@@ -145,7 +149,7 @@ class _Outputs:
             table = [c for c in reversed(self.by_count.get((dtype, numel(base)), [])) if c.alive_at(now)]
             return [c for c in table if _squeezed(c.shape) == _squeezed(base)]
         same = [c for c in reversed(self.by_count.get((dtype, numel(shape)), [])) if c.alive_at(now)]
-        return [c for c in same if c.shape == shape] if operand else same
+        return [c for c in same if c.shape == shape or _ones_inserted(shape, c.shape)] if operand else same
 
 
 def slot_bytes(slot: Slot) -> int:
@@ -172,14 +176,17 @@ def reuse_distances(
         used: set[int] = set()  # outputs already matched to a slot of this operator
         out_shape = _broadcast_target(op)
         strides = list(op.strides) + [None] * (len(op.inputs) - len(op.strides))
-        per_slot = []
+        per_slot = [math.inf] * len(op.inputs)
         read_now: list[_Written] = []
         taken: list[_Written] = []  # this operator's earlier slots' tensors
-        for slot, view in zip(op.inputs, strides):
+        # the broadcast operands choose first: they match only outputs of their shape, and a
+        # slot of the output's shape taken first could take theirs (a norm's ``x * (1 + w)``)
+        for position in sorted(range(len(op.inputs)), key=lambda k: not _is_operand(op.inputs[k], out_shape)):
+            slot, view = op.inputs[position], strides[position]
             chosen, sole = _producer(slot, view, out_shape, outputs, used, now)
             if chosen is None and op.kernel_type in CONCATENATIONS:
                 chosen = _passed_again(slot, view, taken)
-            per_slot.append(math.inf if chosen is None else moved - outputs.last_access(chosen))
+            per_slot[position] = math.inf if chosen is None else moved - outputs.last_access(chosen)
             read_now += [chosen] if chosen is not None and sole else []
             taken += [chosen] if chosen is not None else []
         distances.append(tuple(per_slot))
@@ -243,6 +250,25 @@ def _enclosing_shape(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[
         return None
     base = (shape[0], *(outer // inner for outer, inner in zip(strides, strides[1:])))
     return base if all(whole >= part for whole, part in zip(base, shape)) else None
+
+
+def _is_operand(slot: Slot, out_shape: Shape | None) -> bool:
+    return slot.shape is not None and _broadcast(tuple(slot.shape), out_shape)
+
+
+def _ones_inserted(shape: tuple[int, ...], base: tuple[int, ...]) -> bool:
+    """Whether ``shape`` is ``base`` with dimensions of 1 inserted: a rotary table written as
+    ``[1,1,128]`` and read, unsqueezed, as ``[1,1,1,128]``.  Never the other way: a weight of
+    ``[4096]`` is not the ``[1,1,4096]`` activation beside it."""
+    if len(base) >= len(shape):
+        return False
+    matched = 0
+    for size in shape:
+        if matched < len(base) and size == base[matched]:
+            matched += 1
+        elif size != 1:
+            return False
+    return matched == len(base)
 
 
 def _squeezed(shape: Sequence[int]) -> tuple[int, ...]:
