@@ -1,7 +1,7 @@
 """Kernel types of operators without a replay of their own keep a name ``torch.ops.aten`` knows:
 a Python operator's (``aten::__and__``, the causal-and-padding mask of ``transformers``' MoE
 models) keeps its underscores, an in-place operator's trailing ``_`` goes; ``torch.concat``
-(PhiMoE's router) is the ``cat`` it calls."""
+(PhiMoE's router) and ``torch.stack`` (ERNIE's rotary interleave) are the ``cat`` they call."""
 
 from __future__ import annotations
 
@@ -46,16 +46,19 @@ def test_a_traced_mask_and_replays(tmp_path: Path) -> None:
     assert tuple(clamped.shape) == (1, 1, 64, 64) and mask.shape == either.shape
 
 
-def test_concat_is_the_cat_it_calls(tmp_path: Path) -> None:
+def test_concat_and_stack_are_the_cat_they_call(tmp_path: Path) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     a, b = torch.randn(512, 1), torch.randn(512, 1)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         torch.concat([a, b], dim=-1)
         torch.concatenate([a, b], dim=0)
+        torch.stack([a, b], dim=-1)  # a cat of the inputs unsqueezed
     trace = tmp_path / "concat.pt.trace.json"
     prof.export_chrome_trace(str(trace))
     rows = ingest_path(trace, None).rows
-    assert sorted((row.kernel_type, row.cells["Output Shapes"]) for row in rows) == [
-        ("ConcatD", '"1024,1"'), ("ConcatD", '"512,2"')
+    assert sorted((row.kernel_type, row.cells["Input Shapes"], row.cells["Output Shapes"]) for row in rows) == [
+        ("ConcatD", '"512,1,1;512,1,1"', '"512,1,2"'),
+        ("ConcatD", '"512,1;512,1"', '"1024,1"'),
+        ("ConcatD", '"512,1;512,1"', '"512,2"'),
     ]
