@@ -230,3 +230,20 @@ def test_an_operand_matches_its_table_written_without_the_dimensions_of_1() -> N
     assert reuse_distances([cos, q, mul])[2] == (2048, 256 + 2048)
     weight_times = op([((1, 1, 128), BF16), ((128,), BF16)], [((1, 1, 128), BF16)])
     assert reuse_distances([cos, weight_times])[1] == (256, math.inf)
+
+
+def test_a_tensor_converted_once_is_no_candidate_for_a_second_conversion_to_that_dtype() -> None:
+    """Gemma's decode norm (H200 trace of ``hf:gemma3_text``): ``x.float()`` of the projection's
+    ``[1,2304]`` output, then ``weight.float()`` of the ``[2304]`` weight, which no traced operator
+    wrote; by element count it had paired with ``x``."""
+    projection = op([((1, 9216), BF16), ((2304, 9216), BF16)], [((1, 2304), BF16)])
+    x_float = MappedOp("Cast", (Slot((1, 1, 2304), BF16),), (Slot((1, 1, 2304), F32),))
+    weight_float = MappedOp("Cast", (Slot((2304,), BF16),), (Slot((2304,), F32),))
+    distances = reuse_distances([projection, x_float, weight_float])
+    assert distances[1] == (4608,) and distances[2] == (math.inf,)
+    # converted to another dtype, it still is
+    x_half = MappedOp("Cast", (Slot((2304,), BF16),), (Slot((2304,), "FLOAT16"),))
+    assert reuse_distances([projection, x_float, x_half])[2] != (math.inf,)
+    # and an operator other than a conversion still reads it
+    scale = op([((2304,), BF16)], [((2304,), BF16)])
+    assert reuse_distances([projection, x_float, scale])[2] != (math.inf,)

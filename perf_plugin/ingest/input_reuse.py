@@ -12,7 +12,8 @@ sequence of operators in device order: the latest earlier operator with an outpu
 dtype and element count (a reshaped view keeps the count; of one producer's outputs, one of the
 same shape first), each output feeding at most one slot of a consumer.  Where the profile holds
 the allocator's events, an output released before the consumer started is no candidate
-(``perf_plugin.ingest.tensor_lifetimes``).  Two kinds of input match more narrowly or widely:
+(``perf_plugin.ingest.tensor_lifetimes``), and a conversion (``Cast``) takes no output already
+converted to its dtype (``_conversion``).  Some inputs match more narrowly or widely:
 
 * an operand broadcast against an element-wise operator's output (a norm's weight of shape
   ``[4096]`` times activations of ``[1,1,4096]``, a rotary ``cos`` of ``[1,1,1,128]``) matches
@@ -118,6 +119,7 @@ class _Outputs:
         self.recent: deque[_Written] = deque(maxlen=_KEPT_FOR_VIEWS)
         self.serial = 0
         self.read_at: dict[int, float] = {}  # serial -> bytes moved when a kernel last read it
+        self.converted: dict[int, set[str]] = {}  # serial -> the dtypes a Cast has converted it to
 
     def last_access(self, written: _Written) -> float:
         return self.read_at.get(written.serial, written.moved_at_write)
@@ -173,7 +175,10 @@ def reuse_distances(
     distances: list[tuple[float, ...]] = []
     for index, op in enumerate(ops):
         now = starts[index] if starts is not None else None
-        used: set[int] = set()  # outputs already matched to a slot of this operator
+        conversion = _conversion(op)
+        # outputs already matched to a slot of this operator, and for a conversion the outputs
+        # already converted to its dtype (``_conversion``)
+        used = {serial for serial, dtypes in outputs.converted.items() if conversion in dtypes}
         out_shape = _broadcast_target(op)
         strides = list(op.strides) + [None] * (len(op.inputs) - len(op.strides))
         per_slot = [math.inf] * len(op.inputs)
@@ -187,6 +192,8 @@ def reuse_distances(
             if chosen is None and op.kernel_type in CONCATENATIONS:
                 chosen = _passed_again(slot, view, taken)
             per_slot[position] = math.inf if chosen is None else moved - outputs.last_access(chosen)
+            if chosen is not None and conversion is not None:
+                outputs.converted.setdefault(chosen.serial, set()).add(conversion)
             read_now += [chosen] if chosen is not None and sole else []
             taken += [chosen] if chosen is not None else []
         distances.append(tuple(per_slot))
@@ -250,6 +257,17 @@ def _enclosing_shape(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[
         return None
     base = (shape[0], *(outer // inner for outer, inner in zip(strides, strides[1:])))
     return base if all(whole >= part for whole, part in zip(base, shape)) else None
+
+
+def _conversion(op: MappedOp) -> str | None:
+    """The dtype a ``Cast`` converts its input to (None for other operators).  A model converts a
+    tensor to a dtype once and keeps the copy, so an output already converted to that dtype is
+    no candidate for a second conversion: in a decode step Gemma's norm converts ``x``, the
+    previous projection's ``[1,2304]`` output, and then its ``[2304]`` weight, which the element
+    count alone paired with ``x`` again (replayed from the cache, 0.70x the model's time)."""
+    if op.kernel_type != "Cast" or len(op.inputs) != 1 or len(op.outputs) != 1:
+        return None
+    return normalise_dtype(op.outputs[0].dtype)
 
 
 def _is_operand(slot: Slot, out_shape: Shape | None) -> bool:
