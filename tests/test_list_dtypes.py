@@ -82,3 +82,44 @@ def test_a_cat_of_views_keeps_its_recorded_strides_and_replays_on_those_views(co
     args = replay.make_inputs(kernel_row("ConcatD", rope), torch.device("cpu"), torch.Generator().manual_seed(0))
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     assert [t.stride() for t in tensors] == [(16384, 2048, 32, 1), (32768, 4096, 64, 1)]
+
+
+# Kernels of an H200 profile of ``hf:ernie4_5_moe`` (benchmarks/model_coverage.py): the copy one
+# input of ``torch.stack((x1, x2), -1)`` took (strided halves of a rotary's heads), and a Cast's
+# converting copy of bf16 to float.
+STACK_COPY = (
+    "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda"
+    "(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::{lambda(c10::BFloat16)"
+    "#1}>(at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() "
+    "const::{lambda()#12}::operator()() const::{lambda(c10::BFloat16)#1} const&)::{lambda(int)#1}>(int, ...)"
+)
+CONVERTING_COPY = (
+    "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}"
+    "::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>, 4, "
+    "TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, at::native::memory::LoadWithCast<1>, "
+    "at::native::memory::StoreWithCast<1> >(int, ...)"
+)
+
+
+def test_a_cat_of_views_copied_input_by_input_takes_the_copies_type() -> None:
+    from perf_plugin.ingest.list_dtypes import copy_dtype, resolve_cat_dtypes
+    from perf_plugin.ingest.trace_attribution import OpSample
+    from perf_plugin.trace.events import TraceOp
+    from perf_plugin.trace.mapped import MappedOp, Slot
+
+    assert copy_dtype([STACK_COPY, STACK_COPY]) == "DT_BF16"
+    assert copy_dtype([CONVERTING_COPY]) is None and copy_dtype([STACK_COPY, CONVERTING_COPY]) is None
+    assert copy_dtype([]) is None
+    half = (1, 20, 512, 64, 1)
+    strides = ((1310720, 65536, 128, 2, 1), (1310720, 65536, 128, 2, 1))
+    cat = MappedOp("ConcatD", (Slot(half, ""), Slot(half, "")), (Slot((1, 20, 512, 64, 2), ""),), strides)
+    sample = OpSample(TraceOp("aten::stack", (1, 1), 0, 10), kernels=[STACK_COPY, STACK_COPY])
+    resolved = resolve_cat_dtypes(cat, sample, [])
+    assert [slot.dtype for slot in (*resolved.inputs, *resolved.outputs)] == ["DT_BF16"] * 3
+    cells = {
+        "Input Shapes": '"1,20,512,64,1;1,20,512,64,1"', "Input Data Types": "DT_BF16;DT_BF16", "Input Formats": "ND;ND",
+        "Output Shapes": '"1,20,512,64,2"', "Output Data Types": "DT_BF16", "Output Formats": "ND",
+        "Input Strides": '"1310720,65536,128,2,1;1310720,65536,128,2,1"',
+    }  # fmt: skip
+    outputs, _ = replay_on_cpu("ConcatD", cells)
+    assert tuple(outputs.shape) == (1, 20, 512, 64, 2)

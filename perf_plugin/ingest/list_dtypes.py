@@ -9,7 +9,13 @@ Two pieces of evidence in a CUDA trace settle it:
 * the operators that run next on the same thread read the result: the first of them with a tensor
   argument of the result's shape and of that element size records the dtype.
 
-When both agree, the row's empty dtype slots take that dtype.  Where no reader in sight takes the
+When both agree, the row's empty dtype slots take that dtype.  A cat of views that are not
+contiguous (``torch.stack`` of strided halves: ERNIE-4.5's rotary interleave) launches no
+batched copy but one copy per input, and a copy that converts nothing is instantiated on its
+element type by name (``gpu_kernel_impl_nocast<direct_copy_kernel_cuda ... {lambda(c10::BFloat16)#1}>``):
+where every kernel of the row is such a copy of one type, that type is every slot's dtype
+(``copy_dtype``; a converting copy loads ``WithCast`` or runs ``gpu_kernel_impl`` and says
+nothing of its inputs).  Where no reader in sight takes the
 result as it is (attention reshapes it first: MLA's ``cat`` of the rotary and plain halves of a
 query), the trace as a whole can still settle it: when every tensor of that element size the
 profile recorded has one dtype (a BF16 model records no FLOAT16 tensor), the cat's is that one
@@ -32,6 +38,11 @@ from perf_plugin.trace.mapped import MappedOp, Slot
 CAT_KERNEL = re.compile(r"CatArrayBatchedCopy.*?OpaqueType<(\d+)u?>")
 ELEMENT_BYTES = {"DT_BF16": 2, "FLOAT16": 2, "FLOAT": 4, "DOUBLE": 8, "INT64": 8, "INT32": 4, "INT16": 2,
                  "INT8": 1, "UINT8": 1, "BOOL": 1}  # fmt: skip
+COPY_KERNEL = re.compile(r"gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda.*?\{lambda\(([^()]+)\)#1\}")
+# the element types a copy kernel names, in the Ascend spelling the rows use
+COPY_TYPES = {"c10::BFloat16": "DT_BF16", "c10::Half": "FLOAT16", "float": "FLOAT", "double": "DOUBLE",
+              "long": "INT64", "int": "INT32", "short": "INT16", "signed char": "INT8", "unsigned char": "UINT8",
+              "bool": "BOOL"}  # fmt: skip
 READERS_LOOKED_AT = 8  # the result is read right away in the models this is for (RoPE, KV caches)
 
 
@@ -39,6 +50,15 @@ def cat_element_bytes(kernels: Sequence[str]) -> int | None:
     """The element size of a cat's batched-copy kernels (None unless all agree)."""
     sizes = {int(match.group(1)) for name in kernels if (match := CAT_KERNEL.search(name))}
     return sizes.pop() if len(sizes) == 1 else None
+
+
+def copy_dtype(kernels: Sequence[str]) -> str | None:
+    """The dtype every kernel of ``kernels`` copies without converting (None unless all are such
+    copies of one known type)."""
+    types = {match.group(1) if (match := COPY_KERNEL.search(name)) else None for name in kernels}
+    if len(types) != 1 or None in types:
+        return None
+    return COPY_TYPES.get(types.pop() or "")
 
 
 def trace_dtypes_by_size(ops: Iterable[TraceOp]) -> dict[int, frozenset[str]]:
@@ -61,6 +81,9 @@ def resolve_cat_dtypes(
         return mapped
     if all(slot.dtype for slot in (*mapped.inputs, *mapped.outputs)):
         return mapped
+    copied = copy_dtype(sample.kernels)
+    if copied is not None:
+        return _with_dtype(mapped, copied)
     size = cat_element_bytes(sample.kernels)
     if size is None:
         return mapped
