@@ -9,19 +9,24 @@ Two pieces of evidence in a CUDA trace settle it:
 * the operators that run next on the same thread read the result: the first of them with a tensor
   argument of the result's shape and of that element size records the dtype.
 
-When both agree, the row's empty dtype slots take that dtype.  A cat of views that are not
-contiguous (``torch.stack`` of strided halves: ERNIE-4.5's rotary interleave) launches no
-batched copy but one copy per input, and a copy that converts nothing is instantiated on its
-element type by name (``gpu_kernel_impl_nocast<direct_copy_kernel_cuda ... {lambda(c10::BFloat16)#1}>``):
-where every kernel of the row is such a copy of one type, that type is every slot's dtype
-(``copy_dtype``; a converting copy loads ``WithCast`` or runs ``gpu_kernel_impl`` and says
-nothing of its inputs).  Where no reader in sight takes the
-result as it is (attention reshapes it first: MLA's ``cat`` of the rotary and plain halves of a
-query), the trace as a whole can still settle it: when every tensor of that element size the
-profile recorded has one dtype (a BF16 model records no FLOAT16 tensor), the cat's is that one
-(``trace_dtypes_by_size``).  Anything else (a CPU trace, a cat of mixed dtypes, two dtypes of
-the size in the trace) leaves them empty: the row then says why it cannot be replayed rather
-than carry a guess.
+When both agree, the row's empty dtype slots take that dtype.  Where no reader in sight takes
+the result as it is (attention reshapes it first: MLA's ``cat`` of the rotary and plain halves
+of a query), the trace as a whole can still settle it: when every tensor of that element size
+the profile recorded has one dtype (a BF16 model records no FLOAT16 tensor), the cat's is that
+one (``trace_dtypes_by_size``).
+
+A cat of views that are not contiguous (``torch.stack`` of strided halves: ERNIE-4.5's rotary
+interleave) launches no batched copy but one copy per input, and a copy that converts nothing
+is instantiated on its element type by name (``gpu_kernel_impl_nocast<direct_copy_kernel_cuda
+... {lambda(c10::BFloat16)#1}>``): where every kernel of the row is such a copy of one type,
+that type is every slot's dtype (``copy_dtype``; a converting copy loads ``WithCast`` and says
+nothing of its inputs).
+
+A CPU trace launches no kernels: there the first reader of the result's shape alone gives the
+dtype (a cat of mixed dtypes, which promotes, is not told apart from one of the result's).
+Anything else (a cat of mixed dtypes on CUDA, two dtypes of the size in the trace, a CPU cat
+nothing reads) leaves them empty: the row then says why it cannot be replayed rather than carry
+a guess.
 """
 
 from __future__ import annotations
@@ -85,13 +90,16 @@ def resolve_cat_dtypes(
     if copied is not None:
         return _with_dtype(mapped, copied)
     size = cat_element_bytes(sample.kernels)
-    if size is None:
+    if size is None and sample.kernels:
         return mapped
     shape = mapped.outputs[0].shape
     for reader in following[:READERS_LOOKED_AT]:
         for tensor in tensor_args(reader.op):
-            if tensor.shape == shape and ELEMENT_BYTES.get(tensor.dtype) == size:
+            # a CPU trace launches no kernels: there the reader alone says (``size`` None)
+            if tensor.shape == shape and tensor.dtype in ELEMENT_BYTES and size in (None, ELEMENT_BYTES[tensor.dtype]):
                 return _with_dtype(mapped, tensor.dtype)
+    if size is None:
+        return mapped
     only = (trace_dtypes or {}).get(size, frozenset())
     return _with_dtype(mapped, next(iter(only))) if len(only) == 1 else mapped
 
