@@ -7,8 +7,9 @@ A row is named after its top-level operator.  Where a kernel type declares the o
 the row, so a GPU or CPU profile becomes a database the same replays run on (``aten::mm`` ->
 ``MatMulV2``, ``aten::softmax`` -> ``SoftmaxV2``, ...; ``perfdb kernels`` lists them).  A
 top-level operator that is only a wrapper (``matmul`` of 4-D tensors, ``einsum``, ``reshape``,
-``flatten``, ``type_as``, ``concat``, ``stack``) is named after the mapped operator it called, which is the kernel that
-did the work (a 4-D ``matmul`` runs a ``bmm``), a GEMM first where it called several.  Every
+``flatten``, ``type_as``, ``concat``, ``stack``) is named after the mapped operator it called,
+which is the kernel that did the work (a 4-D ``matmul`` runs a ``bmm``, a ``stack`` a ``cat``
+of its inputs unsqueezed), a GEMM first where it called several.  Every
 other operator keeps its own name with ``::`` turned into ``.`` and other characters outside
 ``[A-Za-z0-9_.-]`` into ``_`` (``aten::gelu`` -> ``aten.gelu``, ``vllm::rms_norm`` ->
 ``vllm.rms_norm``).
