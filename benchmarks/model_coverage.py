@@ -329,7 +329,13 @@ def architecture_config(model_type: str, tiny: bool) -> Any:
     if tiny:
         for name, value in TINY_DIMENSIONS.items():
             if getattr(config, name, None):
-                setattr(config, name, value)
+                try:
+                    setattr(config, name, value)
+                except AttributeError:  # derived from others (Falcon's head_dim)
+                    pass
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):  # within the smaller vocabulary
+            if isinstance(getattr(config, name, None), int) and getattr(config, name) >= config.vocab_size:
+                setattr(config, name, None)
     return config
 
 
