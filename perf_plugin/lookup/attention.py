@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import astuple
 
 from perf_plugin.database.schema import MICROBENCH_AVERAGE, MICROBENCH_BACKEND
-from perf_plugin.lookup import efficiency, hull, transfer
+from perf_plugin.lookup import efficiency, transfer
 from perf_plugin.lookup.answer import NONE, Answer, Query
 from perf_plugin.lookup.peaks import DevicePeaks
 from perf_plugin.lookup.roofline import Work, element_size, scale
@@ -132,13 +132,7 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
             points.append(efficiency.point(_position(plan), ideal, row.duration_us, row.line))
     ideal = scale(query_work, used)
     assert ideal is not None
-    target: tuple[float, ...] = _position(wanted)
-    axes: tuple[str, ...] = AXES
-    if all(p.raw[1] == p.raw[2] for p in points) and target[1] == target[2]:
-        # self-attention (a prefill): query and KV lengths are one axis, and a hull over both
-        # would be flat
-        points = [hull.Point((*p.raw[:2], p.raw[3]), p.value, p.lines) for p in points]
-        target, axes = (*target[:2], target[3]), ("batch", "sequence length", "KV spread")
+    points, target, axes = efficiency.one_length_axis(points, _position(wanted), AXES, "sequence length")
     return efficiency.answer(query, points, target, axes, ideal, "attention", used,
                              "fewer than two measured rows of these layouts, heads, dims and mask",
                              narrowest=True,  # no axis shares more with the query than another

@@ -22,6 +22,21 @@ def point(position: tuple[float, ...], ideal: float, duration_us: float, line: i
     return hull.Point(position, math.log(ideal / duration_us), (line,))
 
 
+def one_length_axis(
+    points: list[hull.Point], target: tuple[float, ...], axes: tuple[str, ...], name: str
+) -> tuple[list[hull.Point], tuple[float, ...], tuple[str, ...]]:
+    """Where the query and every point attend over their own tokens (axes 1 and 2, the query and
+    KV lengths, equal: a prefill), one axis ``name`` for both, since a hull over the two would be
+    flat; otherwise the arguments unchanged."""
+    if target[1] != target[2] or any(p.raw[1] != p.raw[2] for p in points):
+        return points, target, axes
+
+    def merged(values: tuple[float, ...]) -> tuple[float, ...]:
+        return (*values[:2], *values[3:])
+
+    return [hull.Point(merged(p.raw), p.value, p.lines) for p in points], merged(target), (axes[0], name, *axes[3:])
+
+
 def against(used: DevicePeaks | None) -> str:
     if used is None:
         return "work"

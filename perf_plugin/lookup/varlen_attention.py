@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from perf_plugin.database.schema import INPUT_VALUES
 from perf_plugin.database.shapes import format_shape_cell
-from perf_plugin.lookup import efficiency, hull, transfer
+from perf_plugin.lookup import efficiency, transfer
 from perf_plugin.lookup.answer import NONE, Answer, Query
 from perf_plugin.lookup.peaks import DevicePeaks
 from perf_plugin.lookup.roofline import Work, element_size, scale
@@ -115,12 +115,7 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
             points.append(efficiency.point(_position(plan), ideal, row.duration_us, row.line))
     ideal = scale(query_cost, used)
     assert ideal is not None
-    target: tuple[float, ...] = _position(wanted)
-    axes: tuple[str, ...] = AXES
-    if all(p.raw[1] == p.raw[2] for p in points) and target[1] == target[2]:
-        # every request attends over its own tokens (a prefill): query and KV length are one axis
-        points = [hull.Point((*p.raw[:2], *p.raw[3:]), p.value, p.lines) for p in points]
-        target, axes = (*target[:2], *target[3:]), ("batch", "request length", "spread", "heads")
+    points, target, axes = efficiency.one_length_axis(points, _position(wanted), AXES, "request length")
     return efficiency.answer(query, points, target, axes, ideal, "packed attention", used,
                              "fewer than two measured TND rows of these heads, dims, mask and dtypes",
                              narrowest=True, carry=transfer.every_series)
