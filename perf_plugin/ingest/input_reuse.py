@@ -119,7 +119,7 @@ class _Outputs:
         self.recent: deque[_Written] = deque(maxlen=_KEPT_FOR_VIEWS)
         self.serial = 0
         self.read_at: dict[int, float] = {}  # serial -> bytes moved when a kernel last read it
-        self.converted: dict[int, set[str]] = {}  # serial -> the dtypes a Cast has converted it to
+        self.converted: dict[str, set[int]] = {}  # dtype -> the serials a Cast has converted to it
 
     def last_access(self, written: _Written) -> float:
         return self.read_at.get(written.serial, written.moved_at_write)
@@ -176,9 +176,9 @@ def reuse_distances(
     for index, op in enumerate(ops):
         now = starts[index] if starts is not None else None
         conversion = _conversion(op)
-        # outputs already matched to a slot of this operator, and for a conversion the outputs
-        # already converted to its dtype (``_conversion``)
-        used = {serial for serial, dtypes in outputs.converted.items() if conversion in dtypes}
+        # outputs already matched to a slot of this operator; a conversion's one input joins the
+        # outputs converted to its dtype, which no later conversion to it takes (``_conversion``)
+        used = set() if conversion is None else outputs.converted.setdefault(conversion, set())
         out_shape = _broadcast_target(op)
         strides = list(op.strides) + [None] * (len(op.inputs) - len(op.strides))
         per_slot = [math.inf] * len(op.inputs)
@@ -192,8 +192,6 @@ def reuse_distances(
             if chosen is None and op.kernel_type in CONCATENATIONS:
                 chosen = _passed_again(slot, view, taken)
             per_slot[position] = math.inf if chosen is None else moved - outputs.last_access(chosen)
-            if chosen is not None and conversion is not None:
-                outputs.converted.setdefault(chosen.serial, set()).add(conversion)
             read_now += [chosen] if chosen is not None and sole else []
             taken += [chosen] if chosen is not None else []
         distances.append(tuple(per_slot))
