@@ -23,6 +23,7 @@ import pytest
 
 from perf_plugin.backends.select import BACKEND_CHOICES
 from perf_plugin.replay.cache_modes import CACHE_MODES, DEFAULT_CACHE_MODE, MAX_ROTATION_COPIES
+from perf_plugin.replay.placements import DEFAULT_INPUT_PLACEMENTS
 
 GROUP_NAME = "perf"
 OPTION_PREFIX = "perf-"
@@ -177,27 +178,19 @@ OPTIONS: tuple[OptionSpec, ...] = (
         MAX_ROTATION_COPIES,
         _positive_int,
     ),
-    OptionSpec(
-        "repeat-markers",
-        "delimit every timed repeat (a marker kernel on CUDA, a labelled range on the CPU) instead of the "
-        "case's repeats as a whole (for ops whose kernel or operator sequence varies from call to call; "
-        "costs profiler time per repeat)",
-        False,
-        _bool,
-        flag=True,
-    ),
+    OptionSpec("input-placements", "cold, idle and produced modes: the repeats cycle through this many copies of the "
+               "inputs at distinct device addresses (fewer where they would take over a quarter of the free device "
+               "memory; 1: the inputs as built)", DEFAULT_INPUT_PLACEMENTS, _positive_int),
+    OptionSpec("repeat-markers", "delimit every timed repeat (a marker kernel on CUDA, a labelled range on the CPU) "
+               "instead of the case's repeats as a whole (for ops whose kernel or operator sequence varies from call "
+               "to call; costs profiler time per repeat)", False, _bool, flag=True),
     OptionSpec("lock-timeout", "seconds to wait for another session's database lock", 60.0, float),
     OptionSpec("rank-timeout", "under torchrun: seconds a rank may go without progress (no case started or finished, "
                "no step of its session end) while another waits on it for its results; then the waiting rank names "
                "it and the step it was at, writes what arrived, and the run fails", 300.0, _positive_float),
-    OptionSpec(
-        "isolate",
-        "run the cases in a child process (one pytest-xdist worker) that is replaced when a case takes it "
-        "down, so that a crash costs only that case (with -n N the workers already are such processes)",
-        False,
-        _bool,
-        flag=True,
-    ),
+    OptionSpec("isolate", "run the cases in a child process (one pytest-xdist worker) that is replaced when a case "
+               "takes it down, so that a crash costs only that case (with -n N the workers already are such processes)",
+               False, _bool, flag=True),
     OptionSpec(
         "progress-interval",
         "seconds between progress lines (tests done of total, rate, ETA, per xdist worker); 0: none",
@@ -317,6 +310,7 @@ class Settings:
     seed: int
     cache_mode: str
     rotate_max_copies: int
+    input_placements: int
     repeat_markers: bool
     lock_timeout: float
     replay_log_capture: str

@@ -268,6 +268,7 @@ def perf_runner():  # type: ignore[no-untyped-def]
         cache_mode=effective_cache_mode(settings.cache_mode, backend.name),
         produced_from_us=backend.auto_produced_from_us if settings.cache_mode == "auto" else None,
         rotate_max_copies=settings.rotate_max_copies,
+        input_placements=settings.input_placements,
         candidate_judge=judge,
         groups=groups,
     )

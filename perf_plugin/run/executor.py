@@ -13,7 +13,8 @@ import pytest
 
 from perf_plugin.results import OUTCOME_FAILED, CaseResult
 from perf_plugin.run.cases import Case
-from perf_plugin.run.runner import CaseFailure, CaseSkip, ReplayRunner
+from perf_plugin.run.case_outcomes import CaseFailure, CaseSkip
+from perf_plugin.run.runner import ReplayRunner
 from perf_plugin.run.state import TesterState
 
 

@@ -7,17 +7,14 @@ and outputs are released before returning, whatever happens, so memory stays fla
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.replay.api_call import bind_call, resolve_api
 from perf_plugin.replay.base import CaseBuildError, compute_reference, host_reference, reference_on_device
-from perf_plugin.replay.rank_group import RankGroup, group_scope, with_comm_names
+from perf_plugin.replay.rank_group import RankGroup, group_scope
 from perf_plugin.replay.cache_modes import (
     FALLBACK_CACHE_BYTES,
     MAX_ROTATION_COPIES,
@@ -35,7 +32,16 @@ from perf_plugin.replay.code_eviction import CodeCache, code_cache_state, code_e
 from perf_plugin.replay.dirty_lines import dirty_bytes, dirty_lines
 from perf_plugin.replay.cold_inputs import cold_inputs, has_reuse_evidence
 from perf_plugin.replay.op_mapping import resolve_replay
+from perf_plugin.replay.placements import (
+    DEFAULT_INPUT_PLACEMENTS,
+    PlacementCycle,
+    matching_tensors,
+    placed_copies,
+    placement_count,
+)
 from perf_plugin.replay.verify import VerificationError, compare_bytes, verify_outputs
+from perf_plugin.run.case_outcomes import CaseFailure, CaseSkip, bad_cells_fail
+from perf_plugin.run.launcher import case_launcher
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -60,14 +66,6 @@ RELEASE_CACHE_BYTES = 64 * 1024 * 1024
 EVICTING_MODES = ("cold", "idle", "produced")
 
 
-class CaseSkip(Exception):
-    pass
-
-
-class CaseFailure(Exception):
-    pass
-
-
 @dataclass
 class ReplayRunner:
     backend: "Backend"
@@ -79,6 +77,8 @@ class ReplayRunner:
     # ``auto`` where the backend replays profiled rows in ``produced`` (Backend.auto_produced_from_us)
     produced_from_us: float | None = None
     rotate_max_copies: int = MAX_ROTATION_COPIES
+    # cold, idle and produced: repeats cycle through this many placements of the inputs (``placements``)
+    input_placements: int = DEFAULT_INPUT_PLACEMENTS
     # --perf-candidate: judges the row's candidate on the same inputs after the reference is timed
     candidate_judge: "CandidateJudge | None" = None
     # The process group of a given size that a collective row runs in (an expert-parallel
@@ -190,7 +190,7 @@ class ReplayRunner:
         assert case.row is not None
         if mode not in EVICTING_MODES:
             return CodeCache.INSTRUCTION
-        with _bad_cells_fail(case):
+        with bad_cells_fail(case):
             return code_cache_state(case.row, self._last_level_cache())
 
     def _fetch_inputs(self, replay: "OpReplay", row: "KernelRow", seed: int, code: CodeCache) -> tuple[Any, ...] | None:
@@ -205,24 +205,50 @@ class ReplayRunner:
                 raise CaseSkip("out of device memory for the inputs of the call that fetches the code") from None
             raise
 
+    def _placements(self, args: tuple[Any, ...], call_args: tuple[Any, ...], mode: str) -> PlacementCycle | None:
+        """Copies of the inputs for the repeats to cycle through (``placements``), or None: one
+        placement (a mode without a step per repeat, an API call bound to its inputs, no room)."""
+        if mode not in EVICTING_MODES or call_args is not args or self.input_placements <= 1:
+            return None
+        count = placement_count(self.input_placements, tensor_bytes(args), self.backend.free_memory_bytes())
+        try:
+            return PlacementCycle(placed_copies(args, count)) if count > 1 else None
+        except RuntimeError as exc:
+            if "out of memory" in str(exc).lower():
+                return None  # the one placement the inputs have
+            raise
+
     def _repeat_steps(
-        self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str, seed: int
+        self,
+        case: "Case",
+        replay: "OpReplay",
+        args: tuple[Any, ...],
+        mode: str,
+        seed: int,
+        cycle: PlacementCycle | None = None,
     ) -> tuple[Any, Callable[[Callable[..., Any]], Any]]:
-        """The step before every repeat of the case's kernel (``_before_repeat``), and a maker
-        of the same step for another function of the replay's inputs (a candidate), whose own
-        code the step fetches where the row's is fetched."""
+        """The step before every repeat of the case's kernel (``_before_repeat``; with ``cycle``,
+        the next placement's), and a maker of the same step for another function of the
+        replay's inputs (a candidate), whose own code the step fetches where the row's is
+        fetched."""
         assert case.row is not None
         uncached = self._uncached_inputs(case, replay, args, mode)
         code = self._code_state(case, mode)
         dirty = self._dirty_bytes(case, args, uncached, mode)
         fetch_inputs = self._fetch_inputs(replay, case.row, seed, code)
-        fetch = None if fetch_inputs is None else _bind(*self._launcher(replay, case.row, fetch_inputs))
+        fetch = None if fetch_inputs is None else _bind(*case_launcher(self.backend, replay, case.row, fetch_inputs))
 
         def steps_for(function: Callable[..., Any]) -> Any:
             fetch_own = None if fetch_inputs is None else _bind(function, fetch_inputs)
             return self._before_repeat(args, mode, uncached, code, fetch_own, dirty)
 
-        return self._before_repeat(args, mode, uncached, code, fetch, dirty), steps_for
+        if cycle is None:
+            return self._before_repeat(args, mode, uncached, code, fetch, dirty), steps_for
+        per_set = [
+            self._before_repeat(copy, mode, matching_tensors(uncached, args, copy), code, fetch, dirty)
+            for copy in cycle.input_sets
+        ]
+        return cycle.steps(per_set), steps_for
 
     def _dirty_bytes(self, case: "Case", args: tuple[Any, ...], uncached: tuple[Any, ...], mode: str) -> int:
         """The bytes produced mode leaves dirty before the rewrite of the inputs (``dirty_lines``)."""
@@ -230,7 +256,7 @@ class ReplayRunner:
         if mode != "produced":
             return 0
         rewritten = sum(storage.numel() for storage in input_storages(args, exclude=uncached))
-        with _bad_cells_fail(case):
+        with bad_cells_fail(case):
             return dirty_bytes(case.row, self._last_level_cache(), rewritten)
 
     def _uncached_inputs(self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str) -> tuple[Any, ...]:
@@ -239,7 +265,7 @@ class ReplayRunner:
         assert case.row is not None
         if mode != "produced":
             return ()
-        with _bad_cells_fail(case):
+        with bad_cells_fail(case):
             cold = cold_inputs(case.row, args, self._last_level_cache())
         return (*replay.parameters(case.row, args), *cold)
 
@@ -259,26 +285,6 @@ class ReplayRunner:
         if flush_once:
             self._flush()()
         return rotating(function, input_sets)
-
-    def _launcher(self, replay: "OpReplay", row: "KernelRow", args: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
-        """What the case runs: the replay's portable ``run`` on its inputs or, where the backend
-        launches kernels through the APIs op_mapping.yaml names (an NPU), that API's call, bound
-        once (inputs in private storage formats are cast here, outside the timed repeats)."""
-        if not self.backend.launches_named_apis:
-            return replay.run, args
-        call = replay.npu_call(row, args)
-        if call is None:
-            return replay.run, args
-        try:
-            function = resolve_api(call.api)
-        except ImportError as exc:
-            raise CaseSkip(str(exc)) from None
-        # an API that takes its process group by communicator name gets the active group's
-        try:
-            call = with_comm_names(call, lambda group: self.backend.group_comm_name(group.handle, group.rank))
-        except (ValueError, NotImplementedError) as exc:
-            raise CaseFailure(str(exc)) from None
-        return bind_call(call, function, self.backend.format_cast), ()
 
     def _group(self, case: "Case") -> RankGroup | None:
         """The process group a collective row runs in (None for a row of one rank)."""
@@ -313,7 +319,7 @@ class ReplayRunner:
             generator = self.backend.generator(seed)
             try:
                 args = replay.make_inputs(case.row, device, generator)
-                function, call_args = self._launcher(replay, case.row, args)
+                function, call_args = case_launcher(self.backend, replay, case.row, args)
                 outputs = function(*call_args)
                 self.backend.synchronize()
             except CaseBuildError as exc:
@@ -336,9 +342,12 @@ class ReplayRunner:
                 raise
             for _ in range(self.warmup_count):
                 run_once()
-            before_repeat, steps_for = self._repeat_steps(case, replay, args, mode, seed)
+            cycle = self._placements(args, call_args, mode)
+            if cycle is not None:
+                run_once = self._timed_call(cycle.call(function), (), mode)
+            before_repeat, steps_for = self._repeat_steps(case, replay, args, mode, seed, cycle)
             self.collector.measure(case.ref, run_once, self.repeat_count, before_repeat)
-            del run_once, function, call_args, before_repeat  # releases rotating copies of the inputs with the inputs
+            del run_once, function, call_args, before_repeat, cycle  # releases copies of the inputs with the inputs
             if self.candidate_judge is not None:
                 self.candidate_judge.judge(
                     case, replay, args, functools.partial(self._timed_call, mode=mode), steps_for
@@ -357,16 +366,6 @@ class ReplayRunner:
             # huge case does not pin memory for the rest of a long run.  Small cases skip this:
             # freeing cached blocks synchronises the device and would slow small-kernel runs.
             self.backend.empty_cache()
-
-
-@contextlib.contextmanager
-def _bad_cells_fail(case: "Case") -> Iterator[None]:
-    """Turns a bad cell of the case's row (a DatabaseError naming its column) into the case's
-    failure, naming the file, row and column."""
-    try:
-        yield
-    except DatabaseError as exc:
-        raise CaseFailure(exc.located(path=case.ref.csv_file, row=case.ref.row_line).describe()) from None
 
 
 def _bind(function: Any, args: tuple[Any, ...]) -> Any:
