@@ -11,10 +11,14 @@ ingest the trace into a fresh database (``perfdb ingest``'s pipeline), replay it
 * fidelity: for the rows that replay, replayed over in-model duration (``Average Duration(us)``
   over ``Profiling Average Duration(us)``), the share of rows and of kernel time within
   [0.9, 1.1], once per ``--cache-modes`` entry (the same database replayed in each mode; an
-  entry ``MODE+markers`` also delimits every repeat with marker kernels, ``--perf-repeat-markers``);
+  entry ``MODE+markers`` also delimits every repeat with marker kernels, ``--perf-repeat-markers``,
+  and ``MODE+placements=N`` cycles the repeats through N placements of the inputs,
+  ``--perf-input-placements``);
 * with ``--reference-spread``: the model profiled a second time, and the share of rows and of
   kernel time whose second in-model duration is within [0.9, 1.1] of the first -- how far the
-  reference itself moves between two runs of the same code, the bound a replay is judged against.
+  reference itself moves between two runs of the same code, the bound a replay is judged against;
+  and a third time with every parameter moved to a new allocation (``replace_parameters``), which
+  shows also how far the reference moves with where its weights lie in device memory.
 
 Models (``--models``): ``llama`` (Llama-3.1-8B dimensions, SDPA attention), ``qwen3-moe``
 (Qwen3-30B-A3B dimensions: 128 experts, top-8), ``llama-fp8`` (the Llama model with every
@@ -97,7 +101,7 @@ class ModelReport:
     unattributed_us: float = 0.0
     rows: list[RowOutcome] = field(default_factory=list)
     replay_seconds: float = 0.0
-    reference_spread: dict[str, float] | None = None  # --reference-spread: two in-model profiles compared
+    reference_spread: dict[str, Any] | None = None  # --reference-spread: in-model profiles compared
 
     def summary(self) -> dict[str, Any]:
         passed = [r for r in self.rows if r.replayed_us is not None]
@@ -446,8 +450,10 @@ def replay(db: Path, device: str, repeats: int, warmup: int, variant: str) -> fl
                "--perf-cache-mode", cache_mode, "-p", "no:cacheprovider", "-q", "--no-header", "-p", "no:randomly"]
     if extra == "markers":
         command.append("--perf-repeat-markers")
+    elif extra.startswith("placements="):
+        command += ["--perf-input-placements", extra.removeprefix("placements=")]
     elif extra:
-        raise SystemExit(f"--cache-modes entry {variant!r}: the only suffix is +markers")
+        raise SystemExit(f"--cache-modes entry {variant!r}: the suffixes are +markers and +placements=N")
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     tail = completed.stdout.strip().splitlines()[-3:]
     print(f"  pytest bench (exit {completed.returncode}):", " | ".join(tail))
@@ -500,6 +506,10 @@ def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
         second = out / "trace_second.json"
         profile_model(model, args.device, args.tokens, args.decode_steps, second, not args.no_capture)
         spread = reference_spread(trace, second, out)
+        moved = out / "trace_replaced.json"
+        replace_parameters(model)
+        profile_model(model, args.device, args.tokens, args.decode_steps, moved, not args.no_capture)
+        spread["replaced"] = reference_spread(trace, moved, out, "reference_spread_replaced.json")
     del model
     release_device_memory(args.device)
     reports = replay_trace(name, trace, out, args)
@@ -521,7 +531,21 @@ def release_device_memory(device: str) -> None:
     torch.cuda.empty_cache()
 
 
-def reference_spread(first: Path, second: Path, out: Path) -> dict[str, float]:
+def replace_parameters(model: Any) -> None:
+    """Every parameter moved to a new allocation, the values kept: a kernel that streams a large
+    weight runs at a speed that depends on where the weight lies in device memory, so a second
+    profile in the same placement shows only part of how far the reference itself moves (another
+    process, or the same model loaded again, places its weights elsewhere)."""
+    import torch
+
+    pad = torch.empty(7 * 2**20 + 12345, dtype=torch.uint8, device=next(model.parameters()).device)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.data = parameter.data.clone()
+    model._placement_pad = pad  # kept: activations too land at other addresses than before
+
+
+def reference_spread(first: Path, second: Path, out: Path, name: str = "reference_spread.json") -> dict[str, Any]:
     """Two profiles of the same steps, ingested: the share of the first's rows (and of its time)
     whose duration in the second is within ``BAND`` of the first."""
     from perf_plugin.ingest.pipeline import ingest_path
@@ -540,7 +564,7 @@ def reference_spread(first: Path, second: Path, out: Path) -> dict[str, float]:
         "rows_within": len(inside) / len(shared) if shared else 0.0,
         "time_within": sum(avg * count for avg, count in inside) / total,
     }
-    (out / "reference_spread.json").write_text(json.dumps(result, indent=1))
+    (out / name).write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -588,6 +612,11 @@ def print_report(report: ModelReport) -> None:
         print(f"{report.model}: reference spread: a second in-model profile within {BAND} of the first for "
               f"{100 * spread['time_within']:.1f}% of the time, {100 * spread['rows_within']:.1f}% of "
               f"{spread['rows_matched']} matched rows")
+        if "replaced" in spread:
+            moved = spread["replaced"]
+            print(f"{report.model}: reference spread, parameters re-placed: within {BAND} of the first for "
+                  f"{100 * moved['time_within']:.1f}% of the time, {100 * moved['rows_within']:.1f}% of "
+                  f"{moved['rows_matched']} matched rows")
 
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, Callable[[], list[ModelReport]]]]:
