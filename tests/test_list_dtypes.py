@@ -148,3 +148,30 @@ def test_a_cpu_cat_takes_its_readers_dtype(tmp_path: Path) -> None:
         assert (rows[shape]["Input Data Types"], rows[shape]["Output Data Types"]) == ("DT_BF16;DT_BF16", "DT_BF16")
         replay_on_cpu("ConcatD", rows[shape])
     assert (rows['"2,4,8,16"']["Input Data Types"], rows['"2,4,8,16"']["Output Data Types"]) == (";", "")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_cpu_cat_nothing_reads_takes_the_dtype_of_the_views_it_writes(tmp_path: Path, dtype: torch.dtype) -> None:
+    """GPT-OSS's rotary ``cat((first, second), -1)`` of two [1, 4, 512, 32] halves: on the CPU a cat
+    this large copies each input into a ``narrow`` view of its result, recorded as its child with
+    the result's dtype; no operator in sight reads the result."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(1, 4, 512, 64, dtype=dtype)
+    cos, sin = torch.randn(1, 1, 512, 32, dtype=dtype), torch.randn(1, 1, 512, 32, dtype=dtype)
+    other = torch.randn(3, 5)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        first_half, second_half = torch.chunk(x, 2, dim=-1)
+        torch.cat((first_half * cos - second_half * sin, second_half * cos + first_half * sin), dim=-1)
+        for _ in range(10):  # the next operators read other tensors
+            other = other * 2
+    names = [event.name for event in prof.events()]
+    assert names[names.index("aten::cat") + 1] == "aten::narrow"  # the premise: the cat writes through views
+    trace = tmp_path / "cpu.pt.trace.json"
+    prof.export_chrome_trace(str(trace))
+    ingest_path(trace, tmp_path / "db")
+    with (tmp_path / "db" / "ConcatD.csv").open(newline="") as handle:
+        (row,) = csv.DictReader(handle)
+    expected = "DT_BF16" if dtype == torch.bfloat16 else "FLOAT"
+    assert (row["Input Data Types"], row["Output Data Types"]) == (f"{expected};{expected}", expected)
+    replay_on_cpu("ConcatD", row)

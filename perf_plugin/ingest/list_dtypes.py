@@ -22,7 +22,10 @@ is instantiated on its element type by name (``gpu_kernel_impl_nocast<direct_cop
 that type is every slot's dtype (``copy_dtype``; a converting copy loads ``WithCast`` and says
 nothing of its inputs).
 
-A CPU trace launches no kernels: there the first reader of the result's shape alone gives the
+A CPU trace launches no kernels.  There a cat that copies its inputs one by one into views of
+its result (``result.narrow(...).copy_(input)``: GPT-OSS's rotary halves) records those views as
+its own children, and a child's tensor of the result's shape is the result itself: its dtype is
+the cat's (``written_dtype``).  Otherwise the first reader of the result's shape alone gives the
 dtype (a cat of mixed dtypes, which promotes, is not told apart from one of the result's).
 Anything else (a cat of mixed dtypes on CUDA, two dtypes of the size in the trace, a CPU cat
 nothing reads) leaves them empty: the row then says why it cannot be replayed rather than carry
@@ -93,6 +96,9 @@ def resolve_cat_dtypes(
     if size is None and sample.kernels:
         return mapped
     shape = mapped.outputs[0].shape
+    written = None if sample.kernels else written_dtype(sample.descendants(), shape)
+    if written is not None:
+        return _with_dtype(mapped, written)
     for reader in following[:READERS_LOOKED_AT]:
         for tensor in tensor_args(reader.op):
             # a CPU trace launches no kernels: there the reader alone says (``size`` None)
@@ -102,6 +108,16 @@ def resolve_cat_dtypes(
         return mapped
     only = (trace_dtypes or {}).get(size, frozenset())
     return _with_dtype(mapped, next(iter(only))) if len(only) == 1 else mapped
+
+
+def written_dtype(children: Iterable[TraceOp], shape: tuple[int, ...]) -> str | None:
+    """The dtype of a tensor of the result's ``shape`` among a CPU cat's own children (the views
+    of its result it copies the inputs into), None where none has one."""
+    for child in children:
+        for tensor in tensor_args(child):
+            if tensor.shape == shape and tensor.dtype in ELEMENT_BYTES:
+                return tensor.dtype
+    return None
 
 
 def _with_dtype(mapped: MappedOp, dtype: str) -> MappedOp:
