@@ -310,12 +310,12 @@ class Settings:
     seed: int
     cache_mode: str
     rotate_max_copies: int
-    input_placements: int
     repeat_markers: bool
     lock_timeout: float
     replay_log_capture: str
     case_ids_file: Path | None = None
     isolate: bool = False
+    input_placements: int = DEFAULT_INPUT_PLACEMENTS
     shard: str | None = None
     progress_interval: float = 30.0
     rank_timeout: float = 300.0
