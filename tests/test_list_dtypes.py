@@ -160,11 +160,16 @@ def test_a_cpu_cat_nothing_reads_takes_the_dtype_of_the_views_it_writes(tmp_path
     x = torch.randn(1, 4, 512, 64, dtype=dtype)
     cos, sin = torch.randn(1, 1, 512, 32, dtype=dtype), torch.randn(1, 1, 512, 32, dtype=dtype)
     other = torch.randn(3, 5)
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        first_half, second_half = torch.chunk(x, 2, dim=-1)
-        torch.cat((first_half * cos - second_half * sin, second_half * cos + first_half * sin), dim=-1)
-        for _ in range(10):  # the next operators read other tensors
-            other = other * 2
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # with one thread (a pytest-xdist worker's) the cat copies serially, without views
+    try:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            first_half, second_half = torch.chunk(x, 2, dim=-1)
+            torch.cat((first_half * cos - second_half * sin, second_half * cos + first_half * sin), dim=-1)
+            for _ in range(10):  # the next operators read other tensors
+                other = other * 2
+    finally:
+        torch.set_num_threads(threads)
     names = [event.name for event in prof.events()]
     assert names[names.index("aten::cat") + 1] == "aten::narrow"  # the premise: the cat writes through views
     trace = tmp_path / "cpu.pt.trace.json"
