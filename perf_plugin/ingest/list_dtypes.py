@@ -24,8 +24,9 @@ nothing of its inputs).
 
 A CPU trace launches no kernels.  There a cat that copies its inputs one by one into views of
 its result (``result.narrow(...).copy_(input)``: GPT-OSS's rotary halves, on more than one
-thread; a small cat, or any on one thread, copies serially) records those views as its children, and a child's tensor of the result's shape is the result itself: its dtype is
-the cat's (``written_dtype``).  Otherwise the first reader of the result's shape alone gives the
+thread; a small cat, or any on one thread, copies serially) records those views as its
+children, and a child's tensor of the result's shape is the result itself: its dtype is the
+cat's (``written_dtype``).  Otherwise the first reader of the result's shape alone gives the
 dtype (a cat of mixed dtypes, which promotes, is not told apart from one of the result's).
 Anything else (a cat of mixed dtypes on CUDA, two dtypes of the size in the trace, a CPU cat
 nothing reads) leaves them empty: the row then says why it cannot be replayed rather than carry
