@@ -50,6 +50,8 @@ def test_matching_tensors_picks_the_same_positions_in_a_copy() -> None:
     copy = placed_copies(args, 2)[1]
     assert matching_tensors((weight,), args, copy) == (copy[1][0],)
     assert matching_tensors((), args, copy) == ()
+    transposed = (x, weight.view(2, 2).t())  # a view of the chosen tensor's storage counts too
+    assert matching_tensors((weight,), transposed, placed_copies(transposed, 2)[1])[0].shape == (2, 2)
 
 
 def test_the_step_before_each_repeat_moves_to_the_next_set_and_runs_its_own_step() -> None:

@@ -50,10 +50,11 @@ def placed_copies(args: tuple[Any, ...], count: int) -> list[tuple[Any, ...]]:
 
 def matching_tensors(chosen: Sequence[Any], original: tuple[Any, ...], copy: tuple[Any, ...]) -> tuple[Any, ...]:
     """The tensors of ``copy`` (a copy of ``original`` with the same structure) at the positions
-    where ``original`` holds the tensors of ``chosen`` (by identity)."""
-    wanted = {id(tensor) for tensor in chosen}
+    where ``original`` holds a tensor viewing the storage of one of ``chosen``: the storage, as
+    ``cache_modes.input_storages`` leaves inputs out, so that a view of a chosen tensor counts too."""
+    storages = {tensor.untyped_storage().data_ptr() for tensor in tensors_in(tuple(chosen))}
     pairs = zip(tensors_in(original), tensors_in(copy), strict=True)
-    return tuple(copied for tensor, copied in pairs if id(tensor) in wanted)
+    return tuple(copied for tensor, copied in pairs if tensor.untyped_storage().data_ptr() in storages)
 
 
 class PlacementCycle:
