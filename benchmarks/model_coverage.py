@@ -507,8 +507,9 @@ def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
         profile_model(model, args.device, args.tokens, args.decode_steps, second, not args.no_capture)
         spread = reference_spread(trace, second, out)
         moved = out / "trace_replaced.json"
-        replace_parameters(model)
+        pad = replace_parameters(model)  # held while profiling: activations land elsewhere too
         profile_model(model, args.device, args.tokens, args.decode_steps, moved, not args.no_capture)
+        del pad
         spread["replaced"] = reference_spread(trace, moved, out, "reference_spread_replaced.json")
     del model
     release_device_memory(args.device)
@@ -531,18 +532,20 @@ def release_device_memory(device: str) -> None:
     torch.cuda.empty_cache()
 
 
-def replace_parameters(model: Any) -> None:
+def replace_parameters(model: Any) -> Any:
     """Every parameter moved to a new allocation, the values kept: a kernel that streams a large
     weight runs at a speed that depends on where the weight lies in device memory, so a second
     profile in the same placement shows only part of how far the reference itself moves (another
-    process, or the same model loaded again, places its weights elsewhere)."""
+    process, or the same model loaded again, places its weights elsewhere).  Returns an odd-sized
+    allocation made first, which the caller holds while profiling so that activations too land
+    at other addresses than before."""
     import torch
 
     pad = torch.empty(7 * 2**20 + 12345, dtype=torch.uint8, device=next(model.parameters()).device)
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.data = parameter.data.clone()
-    model._placement_pad = pad  # kept: activations too land at other addresses than before
+    return pad
 
 
 def reference_spread(first: Path, second: Path, out: Path, name: str = "reference_spread.json") -> dict[str, Any]:
