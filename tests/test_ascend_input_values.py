@@ -32,9 +32,16 @@ import torch
 import torch.profiler as tp
 
 from perf_plugin.capture import capture_input_values
+from perf_plugin.capture.selection_depth import depth_histogram
 from perf_plugin.cli import main
+from perf_plugin.database.depths_cell import parse_depths_cell
 from perf_plugin.database.quantiles_cell import parse_quantiles_cell
-from perf_plugin.database.schema import INPUT_VALUES, INPUT_VALUES_SOURCE, PROFILING_INPUT_QUANTILES
+from perf_plugin.database.schema import (
+    INPUT_VALUES,
+    INPUT_VALUES_SOURCE,
+    PROFILING_INPUT_QUANTILES,
+    PROFILING_SELECTION_DEPTHS,
+)
 from perf_plugin.database.shapes import parse_shape_cell
 from perf_plugin.ingest.ascend_trace_view import to_ns
 from perf_plugin.ingest.ascend_values import AscendValues, DataKernel, link_values, values_cell
@@ -261,6 +268,9 @@ def test_a_top_k_row_gets_the_quantiles_its_calls_saw_and_the_replay_draws_from_
     assert quantiles == pytest.approx(call.quantiles[0], rel=1e-5)
     x, k = replay_of("TopKV2").make_inputs(kernel_row("TopKV2", row), torch.device("cpu"), torch.Generator().manual_seed(0))
     assert k == 5 and call.quantiles[0][0] <= x.min().item() and x.max().item() <= call.quantiles[0][-1]
+    # and its rows' selection depths, to which the replay rebuilds its 32 rows
+    assert parse_depths_cell(row[PROFILING_SELECTION_DEPTHS]) == (call.depths[0],)
+    assert depth_histogram(x.tolist(), 5, True, "float32") == call.depths[0]
 
 
 # ----------------------------------------------------------------------------- linking, unit by unit

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.backends.streams import copy_to_host
+from perf_plugin.capture.selection_depth import DTYPES, depth_histogram, rows_along
 from perf_plugin.trace.values_file import QUANTILES, CapturedCall, CapturedValues, mark_name, write_values_file
 
 if TYPE_CHECKING:
@@ -72,6 +73,9 @@ class Watched:
     # A floating input whose values set the kernel's time (top-k's): recorded as ``QUANTILES``
     # quantiles of its values, not the values themselves.
     floating: bool = False
+    # A top-k, ``(input, k, dim=-1, largest=True, ...)``: its floating input's rows' selection
+    # depths are recorded too (``perf_plugin.capture.selection_depth``).
+    selects: bool = False
     # A module that registers the operator when imported (``torch.ops.torch_attn`` exists once
     # ``torch.nn.attention.varlen`` is): imported before the function is looked up.
     module: str | None = None
@@ -91,9 +95,10 @@ WATCHED: tuple[Watched, ...] = (
     Watched("torch.ops.npu.npu_grouped_matmul_swiglu_quant", {2: ("group_list", 2)}),
     # aten::topk(self, k, dim, largest, sorted): its radix selection ends sooner on spread values
     # than on close ones and ties (on an H200, [512,8] top-2: 5.98 us on uniform values, 7.23 on a
-    # softmax of near-equal logits, 8.48 on equal values)
-    Watched("torch.topk", {0: ("input", 0)}, floating=True),
-    Watched("torch.Tensor.topk", {0: ("self", 0)}, floating=True),
+    # softmax of near-equal logits, 8.48 on equal values), and a launch takes as long as its
+    # deepest rows: recorded as quantiles and as its rows' selection depths
+    Watched("torch.topk", {0: ("input", 0)}, floating=True, selects=True),
+    Watched("torch.Tensor.topk", {0: ("self", 0)}, floating=True, selects=True),
     # Variable-length attention: a prefill of packed requests costs the sum over requests of
     # their query x KV lengths, which the packed [T, N, D] shapes do not say.
     # torch.nn.attention.varlen.varlen_attn calls torch_attn::_varlen_attn(query, key, value,
@@ -184,12 +189,34 @@ def _cumulative(values: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(itertools.accumulate(values))
 
 
+@dataclass(frozen=True)
+class Selection:
+    """What a top-k call selects: the ``k`` largest (or smallest) along ``dim``."""
+
+    k: int
+    dim: int
+    largest: bool
+
+
+def _selection(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Selection | None:
+    named = (("k", 1), ("dim", 2), ("largest", 3))
+    k, dim, largest = (_argument(args, kwargs, name, position) for name, position in named)
+    dim = -1 if dim is None else dim
+    largest = True if largest is None else largest
+    if not isinstance(k, int) or not isinstance(dim, int) or not isinstance(largest, bool):
+        return None
+    return Selection(k, dim, largest)
+
+
 class _PendingCopy:
     """Values on their way to the host: a pinned buffer filled on a side stream."""
 
     def __init__(self, value: Any, streams: dict[Any, Any], counts: bool) -> None:
         self.values: tuple[Any, ...] | None = None
         self.counts = counts  # per-group counts, recorded as their running sums
+        # attributes, not operations: reading them adds nothing to the trace
+        self.shape = tuple(value.shape) if not isinstance(value, (list, tuple)) else (len(value),)
+        self.dtype = str(getattr(value, "dtype", "")).removeprefix("torch.")
         if isinstance(value, (list, tuple)):
             self.values = tuple(int(v) for v in value)
         elif value.device.type == "cpu":  # already on the host: read now, before anything changes them
@@ -209,6 +236,13 @@ class _PendingCopy:
 
     def quantiles(self) -> tuple[float, ...]:
         return quantiles_of([float(v) for v in self._read()])
+
+    def depths(self, selection: Selection) -> dict[int, int]:
+        """Depth -> rows of the selection's k-th value (``{}`` for a dtype without a pattern)."""
+        if self.dtype not in DTYPES or not self.shape:
+            return {}
+        rows = rows_along([float(v) for v in self._read()], self.shape, selection.dim)
+        return depth_histogram(rows, selection.k, selection.largest, self.dtype)
 
 
 def _flat(nested: Any) -> tuple[Any, ...]:
@@ -245,7 +279,7 @@ class InputValueCapture:
         self.path = Path(path) if path is not None else None
         self.values = CapturedValues(uuid.uuid4().hex[:12])
         self._watched = watched
-        self._pending: dict[str, tuple[Watched, dict[int, _PendingCopy]]] = {}
+        self._pending: dict[str, tuple[Watched, dict[int, _PendingCopy], Selection | None]] = {}
         self._streams: dict[Any, Any] = {}
         self._mode: Any = None
 
@@ -281,16 +315,18 @@ class InputValueCapture:
             value = _argument(args, kwargs, keyword, python_position)
             if layout is not None and recordable(value):
                 copies[position] = _PendingCopy(value, self._streams, counts=layout == 1)
-        self._pending[key] = (watched, copies)
+        self._pending[key] = (watched, copies, _selection(args, kwargs) if watched.selects else None)
 
     def __exit__(self, *exc: Any) -> None:
         self._mode.__exit__(*exc)
         for stream in self._streams.values():
             stream.synchronize()  # after the step: the copies are done, the step was not held
-        for key, (watched, copies) in self._pending.items():
+        for key, (watched, copies, selection) in self._pending.items():
             if watched.floating:
                 quantiles = {arg: copy.quantiles() for arg, copy in copies.items()}
-                self.values.calls[key] = CapturedCall(watched.function, {}, quantiles)
+                depths = {arg: copy.depths(selection) for arg, copy in copies.items()} if selection else {}
+                self.values.calls[key] = CapturedCall(watched.function, {}, quantiles,
+                                                      {arg: h for arg, h in depths.items() if h})
             else:
                 values = {arg: copy.result() for arg, copy in copies.items()}
                 self.values.calls[key] = CapturedCall(watched.function, values)

@@ -70,6 +70,10 @@ PROFILING_INPUT_REUSE = "Profiling Input Reuse Distance(B)"
 # input-value capture recorded them (top-k's input: perf_plugin.database.quantiles_cell).
 # A replay draws that input from them; a row without the cell draws its default.
 PROFILING_INPUT_QUANTILES = "Profiling Input Quantiles"
+# Per input slot, how many of a top-k input's rows selected their k-th value at each depth (the
+# leading bits it shares with its nearest neighbour: perf_plugin.capture.selection_depth), summed
+# over the row's calls (perf_plugin.database.depths_cell).  A replay rebuilds its drawn rows to them.
+PROFILING_SELECTION_DEPTHS = "Profiling Selection Depths"
 RAW_DURATION = "Duration(us)"
 # A counter of PyTorch traces with device activity: 1 for a launch that began when the device had
 # finished every earlier activity (a host-bound phase such as decode), 0 for one queued behind

@@ -39,7 +39,7 @@ below what was measured without printing binary rounding noise.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from perf_plugin.database.kernel_breakdown import format_breakdown
+from perf_plugin.database.depths_cell import depths_cell
 from perf_plugin.database.quantiles_cell import quantiles_cell
 from perf_plugin.database.reuse_cell import reuse_cell
 from perf_plugin.database.schema import (
@@ -59,6 +60,7 @@ from perf_plugin.database.schema import (
     PROFILING_INPUT_REUSE,
     PROFILING_KERNELS,
     PROFILING_MEDIAN,
+    PROFILING_SELECTION_DEPTHS,
     PROFILING_STD,
     format_number,
     profiling_counter_column,
@@ -76,6 +78,10 @@ CODE_REUSE_BYTES = "_code_reuse_bytes"
 # Frame column of a trace sample's floating inputs' quantiles, as a capture recorded them (a dict of
 # argument position -> quantiles; traces with an input-value capture).
 INPUT_QUANTILES = "_input_quantiles"
+# Frame column of a trace sample's top-k inputs' selection depths (argument position -> depth -> rows), likewise.
+INPUT_DEPTHS = "_input_depths"
+# The frame columns a capture's values fill, each a dict per sample ({} where the call recorded none).
+CAPTURED_COLUMNS = (INPUT_QUANTILES, INPUT_DEPTHS)
 GROUP_KEY: tuple[str, ...] = (
     col.TYPE,
     "Input Shapes",
@@ -102,6 +108,7 @@ class AggregatedRow:
     input_reuse: str = ""  # the Profiling Input Reuse Distance(B) cell ("" when not known)
     code_reuse: str = ""  # the Profiling Code Reuse Distance(B) cell ("" when not known)
     input_quantiles: str = ""  # the Profiling Input Quantiles cell ("" when no call recorded them)
+    selection_depths: str = ""  # the Profiling Selection Depths cell (likewise)
     # Columns added at the end from beside the profile (the FIA bundle check's ``Runtime ...``
     # cells, ``perf_plugin.ingest.fia_bundle``); not part of the identity or the statistics.
     runtime: Mapping[str, str] = field(default_factory=dict)
@@ -124,6 +131,8 @@ class AggregatedRow:
             values[PROFILING_CODE_REUSE] = self.code_reuse
         if self.input_quantiles:
             values[PROFILING_INPUT_QUANTILES] = self.input_quantiles
+        if self.selection_depths:
+            values[PROFILING_SELECTION_DEPTHS] = self.selection_depths
         return values
 
 
@@ -145,8 +154,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     frame = frame.assign(_order=np.arange(len(frame)))
     groups = frame.groupby(list(group_key), observed=True, sort=False, dropna=False)
     stats = _group_statistics(groups, with_kernels=KERNEL_TIMES in frame.columns, with_reuse=INPUT_REUSE in frame.columns)
-    if INPUT_QUANTILES in frame.columns:
-        stats["quantiles"] = groups[INPUT_QUANTILES].agg(lambda samples: quantiles_cell(list(samples)))
+    _add_captured_cells(stats, groups, frame)
     first = groups[list(_FROM_FIRST_SAMPLE)].first()
     counter_means = groups[counters].mean() if counters else pd.DataFrame(index=stats.index)
     # All results share the group order of ``stats``; reorder them together, by first sample.
@@ -159,10 +167,10 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     counts = stats["count"].to_numpy(dtype=np.int64)
     averages, medians = stats["average"].to_numpy(dtype=float), stats["median"].to_numpy(dtype=float)
     stds = stats["std"].to_numpy(dtype=float)
-    kernel_cells = stats["kernels"].tolist() if "kernels" in stats.columns else [""] * len(stats)
-    reuse_cells = stats["reuse"].tolist() if "reuse" in stats.columns else [""] * len(stats)
-    code_cells = stats["code_reuse"].tolist() if "code_reuse" in stats.columns else [""] * len(stats)
-    quantile_cells = stats["quantiles"].tolist() if "quantiles" in stats.columns else [""] * len(stats)
+    kernel_cells, reuse_cells, code_cells, quantile_cells, depth_cells = (
+        stats[name].tolist() if name in stats.columns else [""] * len(stats)
+        for name in ("kernels", "reuse", "code_reuse", INPUT_QUANTILES, INPUT_DEPTHS)
+    )
     for i, key in enumerate(stats.index):
         cells = dict(zip(group_key, (_text(v) for v in key)))
         kernel_type = cells.pop(col.TYPE)
@@ -186,12 +194,21 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
                 input_reuse=str(reuse_cells[i]),
                 code_reuse=str(code_cells[i]),
                 input_quantiles=str(quantile_cells[i]),
+                selection_depths=str(depth_cells[i]),
             )
         )
     # One CSV per kernel type: keep each type's rows together, types in order of first appearance.
     position = {name: i for i, name in enumerate(dict.fromkeys(row.kernel_type for row in rows))}
     rows.sort(key=lambda row: position[row.kernel_type])
     return rows
+
+
+def _add_captured_cells(stats: pd.DataFrame, groups: Any, frame: pd.DataFrame) -> None:
+    """Each group's cells of what a capture recorded of its calls' values (top-k's input)."""
+    cells: dict[str, Callable[[list[Any]], str]] = {INPUT_QUANTILES: quantiles_cell, INPUT_DEPTHS: depths_cell}
+    for name, cell in cells.items():
+        if name in frame.columns:
+            stats[name] = groups[name].agg(lambda samples, cell=cell: cell(list(samples)))
 
 
 def _group_statistics(groups: Any, with_kernels: bool, with_reuse: bool) -> pd.DataFrame:

@@ -66,6 +66,7 @@ class Linked:
 
     values: dict[KernelKey, str] = field(default_factory=dict)
     quantiles: dict[KernelKey, dict[int, tuple[float, ...]]] = field(default_factory=dict)
+    depths: dict[KernelKey, dict[int, dict[int, int]]] = field(default_factory=dict)  # top-k's selection depths
 
 
 @dataclass
@@ -197,6 +198,9 @@ def link_values(report: AscendValues, kernels: list[DataKernel], events: list[di
             linked.values[kernel.key] = cell
         if floating:
             linked.quantiles[kernel.key] = floating
+        selected = {slot: call.depths[slot] for slot in kernel.quantile_slots if slot in call.depths}
+        if selected:
+            linked.depths[kernel.key] = selected
         attached.add(found.name)
         report.kernels += 1
     for name, (token, key) in _marks(events).items():
@@ -247,5 +251,5 @@ def read_kernel_tables(discovery: disc.Discovery, explicit: Path | None) -> tupl
             linked, report = kernel_values(path, trace_view, files, named=named is not None)
             if report is not None:
                 reports.append(report)
-        tables.append(read_profile_table(path, linked.values, linked.quantiles))
+        tables.append(read_profile_table(path, linked.values, linked.quantiles, linked.depths))
     return combine(tables), reports

@@ -73,6 +73,7 @@ def attach_values(trace: TraceData, captured: CapturedValues) -> ValuesAttachmen
             continue
         op.values = dict(call.values)
         op.quantiles = dict(call.quantiles)
+        op.depths = dict(call.depths)
         report.attached += 1
     return report
 

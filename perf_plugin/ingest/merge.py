@@ -50,6 +50,7 @@ from perf_plugin.database.schema import (
     PROFILING_INPUT_QUANTILES,
     PROFILING_INPUT_REUSE,
     PROFILING_KERNELS,
+    PROFILING_SELECTION_DEPTHS,
     SIGNATURE_COLUMNS,
     microbench_counter_column,
 )
@@ -104,6 +105,7 @@ def new_table_header(rows: Sequence[AggregatedRow]) -> list[str]:
         *([PROFILING_INPUT_REUSE] if _have_reuse(rows) else []),
         *([PROFILING_CODE_REUSE] if _have_code_reuse(rows) else []),
         *([PROFILING_INPUT_QUANTILES] if _have_quantiles(rows) else []),
+        *([PROFILING_SELECTION_DEPTHS] if _have_depths(rows) else []),
         *_details_of(rows),
         *_runtime_of(rows),
     ]
@@ -123,6 +125,10 @@ def _have_code_reuse(rows: Sequence[AggregatedRow]) -> bool:
 
 def _have_quantiles(rows: Sequence[AggregatedRow]) -> bool:
     return any(row.input_quantiles for row in rows)
+
+
+def _have_depths(rows: Sequence[AggregatedRow]) -> bool:
+    return any(row.selection_depths for row in rows)
 
 
 def _details_of(rows: Sequence[AggregatedRow]) -> list[str]:
@@ -183,6 +189,11 @@ def _ensure_profiling_columns(table: CsvTable, rows: Sequence[AggregatedRow]) ->
         after = (PROFILING_CODE_REUSE, PROFILING_INPUT_REUSE, PROFILING_KERNELS, PROFILING_COUNT)
         anchor = next(name for name in after if table.has_column(name))
         table.insert_column(PROFILING_INPUT_QUANTILES, table.index(anchor) + 1)
+    if _have_depths(rows) and not table.has_column(PROFILING_SELECTION_DEPTHS):
+        before = (PROFILING_INPUT_QUANTILES, PROFILING_CODE_REUSE, PROFILING_INPUT_REUSE, PROFILING_KERNELS,
+                  PROFILING_COUNT)
+        anchor = next(name for name in before if table.has_column(name))
+        table.insert_column(PROFILING_SELECTION_DEPTHS, table.index(anchor) + 1)
 
 
 def _after_identity(table: CsvTable) -> int:

@@ -26,7 +26,7 @@ import pandas as pd
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.schema import DETAIL_COLUMNS, IDENTITY_COLUMNS, INPUT_VALUES
 from perf_plugin.ingest import columns as col
-from perf_plugin.ingest.aggregate import INPUT_QUANTILES
+from perf_plugin.ingest.aggregate import CAPTURED_COLUMNS, INPUT_DEPTHS, INPUT_QUANTILES
 from perf_plugin.ingest.ascend_trace_view import to_ns
 from perf_plugin.ingest.names import COMMUNICATION_CORES, COMMUNICATION_PREFIX, normalise_kernel_type
 
@@ -62,11 +62,12 @@ class ProfileTable:
 
 
 def read_profile_table(path: str | Path, values_cells: Mapping[KernelKey, str] | None = None,
-                       quantiles: Mapping[KernelKey, Mapping[int, tuple[float, ...]]] | None = None) -> ProfileTable:
+                       quantiles: Mapping[KernelKey, Mapping[int, tuple[float, ...]]] | None = None,
+                       depths: Mapping[KernelKey, Mapping[int, Mapping[int, int]]] | None = None) -> ProfileTable:
     """The samples of one table; ``values_cells`` gives kernels (by start and name) their
-    ``Input Values`` cell, the values an input-value capture recorded for their call, and
-    ``quantiles`` the quantiles it recorded of their floating inputs, by input slot
-    (``perf_plugin.ingest.ascend_values``)."""
+    ``Input Values`` cell, the values an input-value capture recorded for their call,
+    ``quantiles`` the quantiles it recorded of their floating inputs and ``depths`` their rows'
+    selection depths (top-k's), by input slot (``perf_plugin.ingest.ascend_values``)."""
     path = Path(path)
     raw_header = col.read_raw_header(path)
     header = [name.strip() for name in raw_header]
@@ -88,10 +89,11 @@ def read_profile_table(path: str | Path, values_cells: Mapping[KernelKey, str] |
     frame = _read_csv(path, usecols, dtypes, numeric)
     frame.columns = [to_canonical[name] for name in frame.columns]
     if START_TIME in frame.columns:
-        keys = _kernel_keys(frame, {name for _, name in [*(values_cells or {}), *(quantiles or {})]})
+        keys = _kernel_keys(frame, {name for _, name in [*(values_cells or {}), *(quantiles or {}), *(depths or {})]})
         frame[INPUT_VALUES] = pd.Categorical(_by_kernel(len(frame), keys, values_cells or {}, ""))
-        if quantiles:
-            frame[INPUT_QUANTILES] = _by_kernel(len(frame), keys, quantiles, {})
+        for name, by_kernel in ((INPUT_QUANTILES, quantiles), (INPUT_DEPTHS, depths)):
+            if by_kernel:
+                frame[name] = _by_kernel(len(frame), keys, by_kernel, {})
         del frame[START_TIME]
     kind = KIND_OP_SUMMARY if col.is_op_summary_header(header) else KIND_KERNEL_DETAILS
     return _to_samples(frame, counters, path, kind)
@@ -239,12 +241,12 @@ def combine(tables: list[ProfileTable]) -> ProfileTable:
     numbers = pd.concat([frame[[col.DURATION, *counters]] for frame in frames], ignore_index=True)
     frame = pd.DataFrame({name: pd.Series(merged[name]) for name in string_columns})
     frame = pd.concat([frame, numbers], axis=1)
-    if any(INPUT_QUANTILES in table.frame.columns for table in tables):
-        samples: list[Any] = []
-        for table in tables:
-            has = INPUT_QUANTILES in table.frame.columns
-            samples += list(table.frame[INPUT_QUANTILES]) if has else [{}] * len(table.frame)
-        frame[INPUT_QUANTILES] = pd.Series(samples, dtype=object)
+    for name in CAPTURED_COLUMNS:
+        if any(name in table.frame.columns for table in tables):
+            samples: list[Any] = []
+            for table in tables:
+                samples += list(table.frame[name]) if name in table.frame.columns else [{}] * len(table.frame)
+            frame[name] = pd.Series(samples, dtype=object)
     result = ProfileTable(frame=frame, counters=counters)
     for table in tables:
         result.sources += table.sources

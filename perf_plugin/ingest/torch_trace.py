@@ -35,7 +35,14 @@ import pandas as pd
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.schema import CODE_REUSE, DETAIL_COLUMNS, IDENTITY_COLUMNS, LAUNCHED_IDLE, RECENT_WRITE_SHARE
 from perf_plugin.ingest import columns as col
-from perf_plugin.ingest.aggregate import CODE_REUSE_BYTES, INPUT_QUANTILES, INPUT_REUSE, KERNEL_TIMES
+from perf_plugin.ingest.aggregate import (
+    CAPTURED_COLUMNS,
+    CODE_REUSE_BYTES,
+    INPUT_DEPTHS,
+    INPUT_QUANTILES,
+    INPUT_REUSE,
+    KERNEL_TIMES,
+)
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
 from perf_plugin.ingest.code_reuse import code_reuse_bytes, code_reuse_distances
 from perf_plugin.ingest.input_reuse import reuse_distances
@@ -120,7 +127,8 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
             summary.unknown_dtype_rows += 1
         if not mapped.outputs:
             summary.no_output_rows += 1
-        record = {col.TYPE: mapped.kernel_type, **cells, col.DURATION: duration_us, INPUT_QUANTILES: op.quantiles}
+        record = {col.TYPE: mapped.kernel_type, **cells, col.DURATION: duration_us, INPUT_QUANTILES: op.quantiles,
+                  INPUT_DEPTHS: op.depths}
         if attribution.device_trace:
             record[KERNEL_TIMES] = sample.kernel_ns
             record[LAUNCHED_IDLE] = float("nan") if sample.launched_idle is None else float(sample.launched_idle)
@@ -181,8 +189,8 @@ def _sample_frame(records: list[dict[str, Any]], device_trace: bool) -> pd.DataF
     columns = [col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS, col.DURATION]
     if device_trace:
         columns += [KERNEL_TIMES, LAUNCHED_IDLE, CODE_REUSE, RECENT_WRITE_SHARE, INPUT_REUSE, CODE_REUSE_BYTES]
-    if any(record[INPUT_QUANTILES] for record in records):  # a capture recorded some (top-k's input)
-        columns.append(INPUT_QUANTILES)
+    # where a capture recorded some (top-k's input)
+    columns += [name for name in CAPTURED_COLUMNS if any(record[name] for record in records)]
     frame = pd.DataFrame.from_records(records, columns=columns)
     for name in (col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS):
         frame[name] = frame[name].astype("category")

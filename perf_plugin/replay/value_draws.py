@@ -9,15 +9,22 @@ instead of its default range: each element at a uniformly drawn rank, linearly b
 quantiles around it (the nearer of the two where one is infinite: scores masked to ``-inf``).
 Equal neighbouring quantiles draw that very value, so ties in the model's input are ties in the
 replay's.
+
+Quantiles do not say how close each row's k-th value lies to the rest of its row, which sets how
+far a radix selection reads (``perf_plugin.capture.selection_depth``): where the row records its
+calls' ``Profiling Selection Depths``, the drawn rows are rebuilt to as many rows at each depth
+(``with_recorded_depths``), spread over the rows at random.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from perf_plugin.capture.selection_depth import DTYPES, depths_for_rows, with_depth
+from perf_plugin.database.depths_cell import parse_depths_cell
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.quantiles_cell import parse_quantiles_cell
-from perf_plugin.database.schema import INPUT_VALUES, PROFILING_INPUT_QUANTILES
+from perf_plugin.database.schema import INPUT_VALUES, PROFILING_INPUT_QUANTILES, PROFILING_SELECTION_DEPTHS
 from perf_plugin.database.shapes import parse_shape_cell
 from perf_plugin.replay.base import CaseBuildError
 from perf_plugin.replay.tensors import KernelRow
@@ -45,6 +52,35 @@ def recorded_quantiles(row: KernelRow) -> tuple[tuple[float, ...] | None, ...]:
         return parse_quantiles_cell(row.attrs.get(PROFILING_INPUT_QUANTILES, ""))
     except DatabaseError as exc:
         raise CaseBuildError(f"'{PROFILING_INPUT_QUANTILES}' {exc}") from None
+
+
+def recorded_depths(row: KernelRow) -> tuple[dict[int, int] | None, ...]:
+    """Per input slot the selection depths the row carries (None where it has none); () without the cell."""
+    try:
+        return parse_depths_cell(row.attrs.get(PROFILING_SELECTION_DEPTHS, ""))
+    except DatabaseError as exc:
+        raise CaseBuildError(f"'{PROFILING_SELECTION_DEPTHS}' {exc}") from None
+
+
+def with_recorded_depths(x: "torch.Tensor", k: int, dim: int, largest: bool, histogram: dict[int, int],
+                         generator: "torch.Generator") -> "torch.Tensor":
+    """``x`` with its rows along ``dim`` rebuilt to ``histogram``'s selection depths for the
+    k-th largest (or smallest) value, the depths dealt to rows in a random order."""
+    import torch
+
+    dtype = str(x.dtype).removeprefix("torch.")
+    if dtype not in DTYPES or x.dim() == 0:
+        return x
+    moved = x.movedim(dim, -1)
+    rows = moved.reshape(-1, moved.shape[-1]).tolist()
+    depths = depths_for_rows(histogram, len(rows))
+    if not depths:
+        return x
+    order = torch.randperm(len(rows), generator=generator, device=generator.device).tolist()
+    rebuilt = [with_depth(rows[i], k, largest, dtype, depths[rank]) for rank, i in enumerate(order)]
+    by_row = dict(zip(order, rebuilt))
+    table = torch.tensor([by_row[i] for i in range(len(rows))], dtype=x.dtype, device=x.device)
+    return table.view(moved.shape).movedim(-1, dim).contiguous()
 
 
 def draw_from_quantiles(

@@ -31,6 +31,8 @@ class TraceOp:
     values: dict[int, tuple[int, ...]] = field(default_factory=dict)
     # argument index -> quantiles of that floating input's values (top-k's), likewise
     quantiles: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    # argument index -> that top-k input's selection depths (depth -> rows), likewise
+    depths: dict[int, dict[int, int]] = field(default_factory=dict)
     children: list["TraceOp"] = field(default_factory=list)
     parent: "TraceOp | None" = None
 

@@ -14,6 +14,9 @@ the reference's are compared in a form every correct kernel agrees on (``compara
 
 Calls through another overload (``sort.stable`` with keyword arguments, ``topk.values``) are
 compared positionally, as the generic replay does.
+
+A top-k row that carries its calls' ``Profiling Selection Depths`` gets its drawn input rebuilt
+to them (``perf_plugin.replay.value_draws.with_recorded_depths``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.replay.kernels.aten_ops import AtenOpReplay
+from perf_plugin.replay.tensors import KernelRow
+from perf_plugin.replay.value_draws import recorded_depths, with_recorded_depths
 from perf_plugin.replay.verify import VerificationError
 
 if TYPE_CHECKING:
@@ -52,6 +57,18 @@ def _check_distinct(indices: "torch.Tensor", dim: int) -> None:
 class AtenSelectionReplay(AtenOpReplay):
     kernel_types = ("aten.topk", "aten.sort")
     kernel_type_prefixes = ()
+
+    def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
+        name, overload, template, tensors, placed = super().make_inputs(row, device, generator)
+        selection = _selection(name, overload, template)
+        depths = recorded_depths(row)
+        slot = int(template[0]["tensor"]) if selection is not None else -1
+        histogram = depths[slot] if 0 <= slot < len(depths) else None
+        if name == "topk" and selection is not None and histogram:
+            dim, largest, _ = selection
+            rebuilt = with_recorded_depths(tensors[slot], int(template[1]), dim, largest, histogram, generator)
+            tensors = (*tensors[:slot], rebuilt, *tensors[slot + 1 :])
+        return name, overload, template, tensors, placed
 
     def comparable(self, args: tuple[Any, ...], outputs: Any) -> Any:
         name, overload, template, tensors, _ = args

@@ -35,7 +35,12 @@ from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.kernels.aten_selection import selection_comparable
 from perf_plugin.replay.kernels.elementwise import scalar_aware_inputs
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec, shape_text
-from perf_plugin.replay.value_draws import draw_from_quantiles, recorded_quantiles
+from perf_plugin.replay.value_draws import (
+    draw_from_quantiles,
+    recorded_depths,
+    recorded_quantiles,
+    with_recorded_depths,
+)
 from perf_plugin.trace.args import concrete_arg, tensor_arg
 from perf_plugin.trace.events import TraceOp
 from perf_plugin.trace.mapped import MappedOp, Slot
@@ -260,8 +265,10 @@ class TopKV2Replay(_ExactReplay):
     sorted.  ``k`` is the outputs' last dim.  API (op_mapping.yaml: ``aten.topk.default`` ->
     TopKV2): ``torch.topk``, whose indices are INT64 (the kernel's INT32 are cast by aclnn, as
     for ``Sort``).  Values are distinct per row (``_distinct_values``), or drawn from the quantiles a
-    capture recorded of the model's input (``Profiling Input Quantiles``, ``value_draws``), which
-    can tie: the indices are compared as the input's values they pick (``selection_comparable``)."""
+    capture recorded of the model's input (``Profiling Input Quantiles``, ``value_draws``), rows
+    rebuilt to its selection depths where the row records them (``Profiling Selection Depths``);
+    such values can tie: the indices are compared as the input's values they pick
+    (``selection_comparable``)."""
 
     kernel_types = ("TopKV2",)
     npu_api = "torch.topk"
@@ -293,8 +300,11 @@ class TopKV2Replay(_ExactReplay):
         quantiles = recorded_quantiles(row)
         if quantiles and quantiles[0] is not None:
             # the model's values: how close they lie sets when the radix selection ends, ties included
-            drawn = draw_from_quantiles(quantiles[0], x.numel, x.torch_dtype(), device, generator)
-            return drawn.view(x.shape), values.shape[-1]
+            drawn = draw_from_quantiles(quantiles[0], x.numel, x.torch_dtype(), device, generator).view(x.shape)
+            depths = recorded_depths(row)
+            if depths and depths[0]:  # how deep each row's selection reads, as the model's did
+                drawn = with_recorded_depths(drawn, values.shape[-1], -1, True, depths[0], generator)
+            return drawn, values.shape[-1]
         if x.shape[-1] > distinct_capacity(x):
             raise CaseBuildError(f"{row.kernel_type}: {x.shape[-1]} values per row cannot all differ in {x.dtype}")
         return _distinct_values(x, device, generator), values.shape[-1]
