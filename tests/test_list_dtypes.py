@@ -128,17 +128,21 @@ def test_a_cat_of_views_copied_input_by_input_takes_the_copies_type() -> None:
 def test_a_cpu_cat_takes_its_readers_dtype(tmp_path: Path) -> None:
     """A CPU profile launches no kernels: a rotary ``cat((-x2, x1), -1)`` read by the ``mul`` after
     it, and a key cache's ``cat`` read by attention, take their readers' dtype; a cat nothing
-    reads stays without."""
+    reads takes the one dtype the trace recorded for its inputs' shape, and stays without where
+    the trace recorded two."""
     from torch.profiler import ProfilerActivity, profile
 
     q = torch.randn(1, 4, 8, 16, dtype=torch.bfloat16)
     sin = torch.randn(1, 1, 8, 16, dtype=torch.bfloat16)
     past = torch.randn(1, 4, 24, 16, dtype=torch.bfloat16)
+    mixed = torch.randn(3, 7)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         rotated = torch.cat((-q[..., 8:], q[..., :8]), dim=-1) * sin
         keys = torch.cat((past, rotated), dim=-2)
         torch.matmul(rotated, keys.transpose(-1, -2))
-        torch.cat((q, q), dim=0)  # read by nothing
+        torch.cat((q, q), dim=0)  # read by nothing: q's shape is recorded in bfloat16 alone
+        halved = mixed.to(torch.bfloat16) * 2  # [3, 7] recorded in float32 and in bfloat16
+        torch.cat((halved, halved), dim=0)  # read by nothing
     trace = tmp_path / "cpu.pt.trace.json"
     prof.export_chrome_trace(str(trace))
     ingest_path(trace, tmp_path / "db")
@@ -147,7 +151,8 @@ def test_a_cpu_cat_takes_its_readers_dtype(tmp_path: Path) -> None:
     for shape in ('"1,4,8,16"', '"1,4,32,16"'):
         assert (rows[shape]["Input Data Types"], rows[shape]["Output Data Types"]) == ("DT_BF16;DT_BF16", "DT_BF16")
         replay_on_cpu("ConcatD", rows[shape])
-    assert (rows['"2,4,8,16"']["Input Data Types"], rows['"2,4,8,16"']["Output Data Types"]) == (";", "")
+    assert (rows['"2,4,8,16"']["Input Data Types"], rows['"2,4,8,16"']["Output Data Types"]) == ("DT_BF16;DT_BF16", "DT_BF16")
+    assert (rows['"6,7"']["Input Data Types"], rows['"6,7"']["Output Data Types"]) == (";", "")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

@@ -27,10 +27,13 @@ its result (``result.narrow(...).copy_(input)``: GPT-OSS's rotary halves, on mor
 thread; a small cat, or any on one thread, copies serially) records those views as its
 children, and a child's tensor of the result's shape is the result itself: its dtype is the
 cat's (``written_dtype``).  Otherwise the first reader of the result's shape alone gives the
-dtype (a cat of mixed dtypes, which promotes, is not told apart from one of the result's).
-Anything else (a cat of mixed dtypes on CUDA, two dtypes of the size in the trace, a CPU cat
-nothing reads) leaves them empty: the row then says why it cannot be replayed rather than carry
-a guess.
+dtype (a cat of mixed dtypes, which promotes, is not told apart from one of the result's), and
+where nothing in sight reads it (GPT-OSS's decode rotary halves, read by attention after the
+key cache's update), the trace as a whole: when every tensor of the inputs' shapes the profile
+recorded (the halves are the arguments of the arithmetic that made them) has one dtype, the cat's
+is that one (``trace_dtypes_by_shape``).  Anything else (a cat of mixed dtypes on CUDA, two
+dtypes of the size in the trace, a CPU cat of shapes recorded in two dtypes or none) leaves them
+empty: the row then says why it cannot be replayed rather than carry a guess.
 """
 
 from __future__ import annotations
@@ -81,9 +84,20 @@ def trace_dtypes_by_size(ops: Iterable[TraceOp]) -> dict[int, frozenset[str]]:
     return {size: frozenset(dtypes) for size, dtypes in found.items()}
 
 
+def trace_dtypes_by_shape(ops: Iterable[TraceOp]) -> dict[tuple[int, ...], frozenset[str]]:
+    """Shape -> the dtypes among every tensor argument of that shape the trace recorded."""
+    found: dict[tuple[int, ...], set[str]] = {}
+    for op in ops:
+        for tensor in tensor_args(op):
+            if tensor.dtype in ELEMENT_BYTES:
+                found.setdefault(tuple(tensor.shape), set()).add(tensor.dtype)
+    return {shape: frozenset(dtypes) for shape, dtypes in found.items()}
+
+
 def resolve_cat_dtypes(
     mapped: MappedOp, sample: OpSample, following: Sequence[OpSample],
     trace_dtypes: Mapping[int, frozenset[str]] | None = None,
+    shape_dtypes: Mapping[tuple[int, ...], frozenset[str]] | None = None,
 ) -> MappedOp:
     """``mapped`` with its empty dtype slots filled where the evidence above settles them."""
     if mapped.kernel_type != "ConcatD" or len(mapped.outputs) != 1 or mapped.outputs[0].shape is None:
@@ -105,8 +119,10 @@ def resolve_cat_dtypes(
             # a CPU trace launches no kernels: there the reader alone says (``size`` None)
             if tensor.shape == shape and tensor.dtype in ELEMENT_BYTES and size in (None, ELEMENT_BYTES[tensor.dtype]):
                 return _with_dtype(mapped, tensor.dtype)
-    if size is None:
-        return mapped
+    if size is None:  # a CPU trace: the dtypes its tensors of the inputs' shapes had
+        shapes = {tuple(slot.shape) for slot in mapped.inputs if slot.shape is not None}
+        recorded = set().union(*((shape_dtypes or {}).get(shape, frozenset()) for shape in shapes))
+        return _with_dtype(mapped, recorded.pop()) if len(recorded) == 1 else mapped
     only = (trace_dtypes or {}).get(size, frozenset())
     return _with_dtype(mapped, next(iter(only))) if len(only) == 1 else mapped
 

@@ -48,7 +48,12 @@ from perf_plugin.ingest.code_reuse import code_reuse_bytes, code_reuse_distances
 from perf_plugin.ingest.input_reuse import reuse_distances
 from perf_plugin.ingest.input_values import ValuesAttachment, attach_values, values_for_trace
 from perf_plugin.ingest.tensor_lifetimes import release_times
-from perf_plugin.ingest.list_dtypes import READERS_LOOKED_AT, resolve_cat_dtypes, trace_dtypes_by_size
+from perf_plugin.ingest.list_dtypes import (
+    READERS_LOOKED_AT,
+    resolve_cat_dtypes,
+    trace_dtypes_by_shape,
+    trace_dtypes_by_size,
+)
 from perf_plugin.ingest.profile_table import ProfileTable
 from perf_plugin.ingest.trace_attribution import (
     OpSample,
@@ -104,7 +109,7 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
     records: list[dict[str, Any]] = []
     launched: list[tuple[TraceOp, dict[str, Any], MappedOp]] = []  # device samples: operator, record, row
     following = _following_on_thread(attribution.samples)
-    dtypes_by_size = trace_dtypes_by_size(trace.ops)
+    dtypes_by_size, dtypes_by_shape = trace_dtypes_by_size(trace.ops), trace_dtypes_by_shape(trace.ops)
     for sample in attribution.samples:
         summary.operators += 1
         op = sample.op
@@ -121,7 +126,8 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
             if not does_work(op, descendants):
                 continue
             duration_us = op.duration_ns / 1000.0
-        mapped = resolve_cat_dtypes(map_operator(op, descendants), sample, following(sample), dtypes_by_size)
+        mapped = resolve_cat_dtypes(map_operator(op, descendants), sample, following(sample), dtypes_by_size,
+                                    dtypes_by_shape)
         cells = mapped.cells(summary.accelerator_core)
         if any(slot.shape is not None and not slot.dtype for slot in (*mapped.inputs, *mapped.outputs)):
             summary.unknown_dtype_rows += 1
