@@ -109,7 +109,7 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
     records: list[dict[str, Any]] = []
     launched: list[tuple[TraceOp, dict[str, Any], MappedOp]] = []  # device samples: operator, record, row
     following = _following_on_thread(attribution.samples)
-    dtypes_by_size, dtypes_by_shape = trace_dtypes_by_size(trace.ops), trace_dtypes_by_shape(trace.ops)
+    trace_dtypes = (trace_dtypes_by_size(trace.ops), trace_dtypes_by_shape(trace.ops))  # a cat's evidence
     for sample in attribution.samples:
         summary.operators += 1
         op = sample.op
@@ -126,8 +126,7 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
             if not does_work(op, descendants):
                 continue
             duration_us = op.duration_ns / 1000.0
-        mapped = resolve_cat_dtypes(map_operator(op, descendants), sample, following(sample), dtypes_by_size,
-                                    dtypes_by_shape)
+        mapped = resolve_cat_dtypes(map_operator(op, descendants), sample, following(sample), *trace_dtypes)
         cells = mapped.cells(summary.accelerator_core)
         if any(slot.shape is not None and not slot.dtype for slot in (*mapped.inputs, *mapped.outputs)):
             summary.unknown_dtype_rows += 1
