@@ -124,9 +124,10 @@ def with_depth(row: Sequence[float], k: int, largest: bool, dtype: str, depth: i
     width = width_of(dtype)
     if not 0 < k < len(row):
         return list(row)
-    order = sorted(range(len(row)), key=lambda i: ordered_key(row[i], dtype), reverse=largest)
     flip = 0 if largest else (1 << width) - 1  # a smallest-first selection reads the patterns upside down
-    keys = [ordered_key(row[i], dtype) ^ flip for i in order]
+    flipped = [ordered_key(value, dtype) ^ flip for value in row]
+    order = sorted(range(len(row)), key=flipped.__getitem__, reverse=True)
+    keys = [flipped[i] for i in order]
     depth = max(0, min(depth, width))
     if not _spread(keys, k - 1, depth, width) or not _join(keys, k - 1, depth, width):
         return list(row)

@@ -31,7 +31,7 @@ plain cells, a profiler-style file gets the embedded-quote form.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,34 +101,26 @@ def new_table_header(rows: Sequence[AggregatedRow]) -> list[str]:
         *PROFILING_DURATION_COLUMNS,
         *(PROFILING_COUNTER_PREFIX + c for c in counters),
         PROFILING_COUNT,
-        *([PROFILING_KERNELS] if _have_kernels(rows) else []),
-        *([PROFILING_INPUT_REUSE] if _have_reuse(rows) else []),
-        *([PROFILING_CODE_REUSE] if _have_code_reuse(rows) else []),
-        *([PROFILING_INPUT_QUANTILES] if _have_quantiles(rows) else []),
-        *([PROFILING_SELECTION_DEPTHS] if _have_depths(rows) else []),
+        *_optional_columns(rows),
         *_details_of(rows),
         *_runtime_of(rows),
     ]
 
 
-def _have_kernels(rows: Sequence[AggregatedRow]) -> bool:
-    return any(row.kernels for row in rows)
+# The optional profiling columns after ``Profiling Count``, in header order, and what says a row
+# has a cell for each.
+_OPTIONAL_AFTER_COUNT: tuple[tuple[str, Callable[[AggregatedRow], str]], ...] = (
+    (PROFILING_KERNELS, lambda row: row.kernels),
+    (PROFILING_INPUT_REUSE, lambda row: row.input_reuse),
+    (PROFILING_CODE_REUSE, lambda row: row.code_reuse),
+    (PROFILING_INPUT_QUANTILES, lambda row: row.input_quantiles),
+    (PROFILING_SELECTION_DEPTHS, lambda row: row.selection_depths),
+)
 
 
-def _have_reuse(rows: Sequence[AggregatedRow]) -> bool:
-    return any(row.input_reuse for row in rows)
-
-
-def _have_code_reuse(rows: Sequence[AggregatedRow]) -> bool:
-    return any(row.code_reuse for row in rows)
-
-
-def _have_quantiles(rows: Sequence[AggregatedRow]) -> bool:
-    return any(row.input_quantiles for row in rows)
-
-
-def _have_depths(rows: Sequence[AggregatedRow]) -> bool:
-    return any(row.selection_depths for row in rows)
+def _optional_columns(rows: Sequence[AggregatedRow]) -> list[str]:
+    """The optional columns after ``Profiling Count`` some row has a cell for, in header order."""
+    return [name for name, cell in _OPTIONAL_AFTER_COUNT if any(cell(row) for row in rows)]
 
 
 def _details_of(rows: Sequence[AggregatedRow]) -> list[str]:
@@ -176,24 +168,13 @@ def _ensure_profiling_columns(table: CsvTable, rows: Sequence[AggregatedRow]) ->
         table.insert_column(name, position)
     if not table.has_column(PROFILING_COUNT):
         table.insert_column(PROFILING_COUNT)
-    if _have_kernels(rows) and not table.has_column(PROFILING_KERNELS):
-        table.insert_column(PROFILING_KERNELS, table.index(PROFILING_COUNT) + 1)
-    if _have_reuse(rows) and not table.has_column(PROFILING_INPUT_REUSE):
-        anchor = PROFILING_KERNELS if table.has_column(PROFILING_KERNELS) else PROFILING_COUNT
-        table.insert_column(PROFILING_INPUT_REUSE, table.index(anchor) + 1)
-    if _have_code_reuse(rows) and not table.has_column(PROFILING_CODE_REUSE):
-        anchors = (PROFILING_INPUT_REUSE, PROFILING_KERNELS, PROFILING_COUNT)
-        anchor = next(name for name in anchors if table.has_column(name))
-        table.insert_column(PROFILING_CODE_REUSE, table.index(anchor) + 1)
-    if _have_quantiles(rows) and not table.has_column(PROFILING_INPUT_QUANTILES):
-        after = (PROFILING_CODE_REUSE, PROFILING_INPUT_REUSE, PROFILING_KERNELS, PROFILING_COUNT)
-        anchor = next(name for name in after if table.has_column(name))
-        table.insert_column(PROFILING_INPUT_QUANTILES, table.index(anchor) + 1)
-    if _have_depths(rows) and not table.has_column(PROFILING_SELECTION_DEPTHS):
-        before = (PROFILING_INPUT_QUANTILES, PROFILING_CODE_REUSE, PROFILING_INPUT_REUSE, PROFILING_KERNELS,
-                  PROFILING_COUNT)
-        anchor = next(name for name in before if table.has_column(name))
-        table.insert_column(PROFILING_SELECTION_DEPTHS, table.index(anchor) + 1)
+    wanted = set(_optional_columns(rows))
+    earlier = [PROFILING_COUNT]
+    for name, _ in _OPTIONAL_AFTER_COUNT:  # each right after the nearest earlier one the file has
+        if name in wanted and not table.has_column(name):
+            anchor = next(column for column in reversed(earlier) if table.has_column(column))
+            table.insert_column(name, table.index(anchor) + 1)
+        earlier.append(name)
 
 
 def _after_identity(table: CsvTable) -> int:

@@ -76,10 +76,9 @@ def with_recorded_depths(x: "torch.Tensor", k: int, dim: int, largest: bool, his
     depths = depths_for_rows(histogram, len(rows))
     if not depths:
         return x
-    order = torch.randperm(len(rows), generator=generator, device=generator.device).tolist()
-    rebuilt = [with_depth(rows[i], k, largest, dtype, depths[rank]) for rank, i in enumerate(order)]
-    by_row = dict(zip(order, rebuilt))
-    table = torch.tensor([by_row[i] for i in range(len(rows))], dtype=x.dtype, device=x.device)
+    dealt = [depths[rank] for rank in torch.randperm(len(rows), generator=generator, device=generator.device).tolist()]
+    rebuilt = [with_depth(row, k, largest, dtype, depth) for row, depth in zip(rows, dealt)]
+    table = torch.tensor(rebuilt, dtype=x.dtype, device=x.device)
     return table.view(moved.shape).movedim(-1, dim).contiguous()
 
 

@@ -61,10 +61,11 @@ class AtenSelectionReplay(AtenOpReplay):
     def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
         name, overload, template, tensors, placed = super().make_inputs(row, device, generator)
         selection = _selection(name, overload, template)
-        depths = recorded_depths(row)
-        slot = int(template[0]["tensor"]) if selection is not None else -1
-        histogram = depths[slot] if 0 <= slot < len(depths) else None
-        if name == "topk" and selection is not None and histogram:
+        if name != "topk" or selection is None:
+            return name, overload, template, tensors, placed
+        slot, depths = int(template[0]["tensor"]), recorded_depths(row)
+        histogram = depths[slot] if slot < len(depths) else None
+        if histogram:
             dim, largest, _ = selection
             rebuilt = with_recorded_depths(tensors[slot], int(template[1]), dim, largest, histogram, generator)
             tensors = (*tensors[:slot], rebuilt, *tensors[slot + 1 :])
