@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from perf_plugin.lookup import hull, transfer
+from perf_plugin.lookup import hull, learned, transfer
 from perf_plugin.lookup.answer import FALLBACK, INTERPOLATED, NONE, Answer, Query
 from perf_plugin.lookup.peaks import DevicePeaks
 
@@ -46,13 +46,16 @@ def against(used: DevicePeaks | None) -> str:
 def answer(query: Query, points: Sequence[hull.Point], target: tuple[float, ...], axes: Sequence[str],
            ideal: float, label: str, used: DevicePeaks | None, too_few: str,
            details: dict[str, float] | None = None, narrowest: bool = False,
-           carry: transfer.Similar | None = None, step: transfer.Similar | None = None) -> Answer:
+           carry: transfer.Similar | None = None, step: transfer.Similar | None = None,
+           learn: Sequence[transfer.Similar] = ()) -> Answer:
     """The query's time from the ``points`` of its family: its ``ideal`` time over their
     interpolated efficiency (log axes), or no answer saying why (``too_few`` rows, outside the hull).
     With ``carry`` (which series are alike) an interpolation along one axis takes the
     deviation the family's other series show at the query's value (``transfer.py``); with ``step``
     (which series step alike) a query at the edge of its own series along the first axis is its
-    nearest row there, stepped as those series step (``transfer.carry_step``)."""
+    nearest row there, stepped as those series step (``transfer.carry_step``); with ``learn`` (the
+    notions of alike its features read) the interpolation along one axis takes the deviation a
+    model learned from the family's rows gives (``learned.py``), where there are enough to learn."""
     if len(points) < 2:
         return Answer(query, NONE, reason=too_few)
     merged = hull.merge(points)
@@ -62,7 +65,10 @@ def answer(query: Query, points: Sequence[hull.Point], target: tuple[float, ...]
     if step is not None and found.axes and found.axes != (axes[0],):
         # not bracketed along the first axis in its own series: its own rows, stepped as others step
         found = transfer.carry_step(merged, target, axes, step) or found
-    if carry is not None:
+    corrected = learned.learned_deviation(merged, target, found, axes, learn) if learn else None
+    if corrected is not None:
+        found = corrected
+    elif carry is not None:
         found = transfer.carry_deviation(merged, target, found, axes, carry)
     efficiency = math.exp(found.value)
     return Answer(query, INTERPOLATED, ideal / efficiency, found.lines,

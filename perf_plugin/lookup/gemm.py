@@ -6,7 +6,8 @@ A measured row's efficiency is its roofline time (``roofline.py``: the device's 
 over its measured time; between measured rows of the same dtypes, weight layout and formats the
 efficiency is interpolated in ``log M, log N, log K`` (``hull.py``: one dimension first, then two,
 then three), plus the deviation other weights of similar size show at the query's token count
-(``transfer.py``: the library's choice of kernel there), and the query's time is its own
+(``transfer.py``: the library's choice of kernel there; with enough rows, a model learns that
+deviation from the family's own rows, ``learned.py``), and the query's time is its own
 roofline time over that efficiency.  Without a peaks file the efficiency is operations per
 microsecond, the same method with a constant peak.  A query
 outside the rows' hull gets no answer here; the lookup says so and gives the roofline instead.
@@ -23,7 +24,7 @@ from perf_plugin.lookup.answer import NONE, Answer, Query
 from perf_plugin.lookup.peaks import DevicePeaks
 from perf_plugin.lookup.roofline import Work, element_size, scale
 from perf_plugin.lookup.rows import MeasuredRow
-from perf_plugin.lookup.transfer import same_axis, within
+from perf_plugin.lookup.transfer import every_series, same_axis, within
 
 DIMS = ("M", "N", "K")
 # weights within 2x of the query's N * K meet the same family of kernels (transfer.py)
@@ -33,6 +34,9 @@ WEIGHTS_ALIKE = within(2.0)
 # weights of a similar size but another K do not (1 row of a K = 7168 weight takes 17 % longer than
 # 2 rows on an H100, of weights of other K 0-3 %)
 SAME_REDUCTION = same_axis(1)
+# what the learned deviation (learned.py) reads: the deviations of weights of a similar size, of
+# the query's N (its tiles across the output), of its K (its split-K), and of every weight
+LEARNED_ALIKE = (WEIGHTS_ALIKE, same_axis(0), SAME_REDUCTION, every_series)
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
     assert ideal is not None
     return efficiency.answer(query, points, tuple(map(float, wanted.dims)), DIMS, ideal, "GEMM", used,
                              "fewer than two measured rows of these dtypes, layout and formats",
-                             carry=WEIGHTS_ALIKE, step=SAME_REDUCTION)
+                             carry=WEIGHTS_ALIKE, step=SAME_REDUCTION, learn=LEARNED_ALIKE)
 
 
 def _present_dtypes(shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> tuple[str, ...]:

@@ -46,8 +46,8 @@ def carry_deviation(points: Sequence[Point], target: tuple[float, ...], found: E
     if span <= 0:
         return found
     share = (math.log(at) - math.log(low)) / span
-    series = _series(points, axis)
-    mine = _without(target, axis)
+    series = series_along(points, axis)
+    mine = without(target, axis)
     deviations: list[float] = []
     lines: list[int] = []
     for key, along in series.items():
@@ -74,8 +74,8 @@ def carry_step(points: Sequence[Point], target: tuple[float, ...], names: Sequen
     batch) the library's choice differs; along the query's own axis it changes little between
     neighbouring values, and the step the other series take is that change."""
     at = target[0]
-    mine = _without(target, 0)
-    series = _series(points, 0)
+    mine = without(target, 0)
+    series = series_along(points, 0)
     own = series.get(mine)
     if not own:
         return None
@@ -94,15 +94,15 @@ def carry_step(points: Sequence[Point], target: tuple[float, ...], names: Sequen
                     f"{names[0]} {at:g} ({step:+.3f} log efficiency) of {len(steps)} other series")
 
 
-def _series(points: Sequence[Point], axis: int) -> dict[tuple[float, ...], dict[float, Point]]:
+def series_along(points: Sequence[Point], axis: int) -> dict[tuple[float, ...], dict[float, Point]]:
     """The points by series (their other axes' values), each by its value of ``axis``."""
     series: dict[tuple[float, ...], dict[float, Point]] = {}
     for point in points:
-        series.setdefault(_without(point.raw, axis), {})[point.raw[axis]] = point
+        series.setdefault(without(point.raw, axis), {})[point.raw[axis]] = point
     return series
 
 
-def _without(raw: tuple[float, ...], axis: int) -> tuple[float, ...]:
+def without(raw: tuple[float, ...], axis: int) -> tuple[float, ...]:
     """The other axes' values: which series a point belongs to."""
     return raw[:axis] + raw[axis + 1:]
 

@@ -1,0 +1,124 @@
+"""The error of an interpolation along one axis, learned from the family's own measured rows.
+
+Between two measured values of an axis (a GEMM's token counts around the query's) the family's
+log efficiency is interpolated on a line (``hull.py``).  Where the library runs another kernel at
+the query's value than at its neighbours (cuBLAS changes tile shape, split-K and cooperative
+schedule at most token counts that are not multiples of its tiles), the line misses; the other
+series of the family measured at the same three values show how often and how far
+(``transfer.py`` adds the median of their deviations).  Which of those series tell the query's
+case, and how much to trust them, depends on the shapes: here a model learns it.
+
+Every measured row of the family that has measured rows on both sides along the axis, in its own
+series, is asked as if it were held out: its two neighbours, the line between them, and the
+median deviations other series show at its value under each notion of alike a family gives
+(``transfer.Similar``: for a GEMM, weights of a similar size, of the same N, of the same K, and
+every weight), with the axes' values; its measured deviation from the line is what it learns.
+A gradient-boosted regression over those rows (scikit-learn's ``HistGradientBoostingRegressor``,
+absolute-error loss: the median, which the few rows where cuBLAS's choice is far off cannot
+drag) then gives the query's deviation from the same features.  Fewer than ``MIN_EXAMPLES`` such
+rows leave it to ``transfer.carry_deviation``.
+
+Measured on an H200 over a dense GEMM grid of 48 token counts (docs/lookup.md, "How well it
+answers"): over four splits the held-out P90 of the bf16 answers went from 7.79-8.26 % to
+6.61-7.55 %, of the fp8 answers from 5.91-7.54 % to 5.21-5.79 %, and the medians from 1.28-1.60 %
+to 1.18-1.43 %; at half the density (1200 rows per kernel type to learn from) the gain is smaller.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from perf_plugin.lookup.hull import Estimate, Point
+from perf_plugin.lookup.transfer import MIN_SERIES, Similar, series_along, without
+
+# Fewer rows with neighbours on both sides than this are too few to learn from.
+MIN_EXAMPLES = 200
+# The regression's settings; the held-out error moved by less than 0.3 points of P90 over
+# 200-600 trees, learning rates 0.03-0.05 and 15-31 leaves.
+_SETTINGS: dict[str, Any] = {"loss": "absolute_error", "max_iter": 300, "learning_rate": 0.05,
+                             "max_leaf_nodes": 15, "random_state": 0}
+_MODELS_KEPT = 8  # trained models kept per process: a CSV of queries asks one family many times
+
+Series = dict[tuple[float, ...], dict[float, Point]]
+_models: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+
+
+def features(series: Series, key: tuple[float, ...], axis: int, at: float, low: float, high: float,
+             rules: Sequence[Similar]) -> list[float]:
+    """What the model reads for the point ``at`` of the series ``key`` between ``low`` and ``high``."""
+    own = series[key]
+    share = (math.log(at) - math.log(low)) / (math.log(high) - math.log(low))
+    line = own[low].value + share * (own[high].value - own[low].value)
+    deviations: dict[tuple[float, ...], float] = {}
+    for other, along in series.items():
+        if other != key and at in along and low in along and high in along:
+            deviations[other] = along[at].value - (along[low].value + share * (along[high].value - along[low].value))
+    raw = (*key[:axis], at, *key[axis:])
+    found = [math.log(x) for x in raw] + [math.log(math.prod(key)), share, math.log(high / low), line,
+                                          own[low].value, own[high].value]
+    for rule in rules:
+        alike = [value for other, value in deviations.items() if rule(key, other)]
+        found.append(statistics.median(alike) if len(alike) >= MIN_SERIES else 0.0)
+    return found
+
+
+def training_set(series: Series, axis: int, rules: Sequence[Similar]) -> tuple[list[list[float]], list[float]]:
+    """Every point with neighbours on both sides in its own series, asked without itself."""
+    rows: list[list[float]] = []
+    targets: list[float] = []
+    for key, own in series.items():
+        values = sorted(own)
+        for low, at, high in zip(values, values[1:], values[2:]):
+            point = own.pop(at)
+            rows.append(features(series, key, axis, at, low, high, rules))
+            own[at] = point
+            share = (math.log(at) - math.log(low)) / (math.log(high) - math.log(low))
+            targets.append(point.value - (own[low].value + share * (own[high].value - own[low].value)))
+    return rows, targets
+
+
+def learned_deviation(points: Sequence[Point], target: tuple[float, ...], found: Estimate, names: Sequence[str],
+                      rules: Sequence[Similar]) -> Estimate | None:
+    """``found`` (an interpolation along one axis between two measured values) plus the deviation
+    the model learned from the family's rows gives; None where it is no such interpolation or the
+    family has fewer than ``MIN_EXAMPLES`` rows to learn from."""
+    if len(found.axes) != 1 or found.bracket is None:
+        return None
+    axis = list(names).index(found.axes[0])
+    low, high = found.bracket
+    if not low < target[axis] < high:
+        return None
+    model = _model(points, axis, rules)
+    if model is None:
+        return None
+    series = series_along(points, axis)
+    key = without(target, axis)
+    if key not in series or low not in series[key] or high not in series[key]:
+        return None
+    deviation = float(model[0].predict([features(series, key, axis, target[axis], low, high, rules)])[0])
+    return Estimate(found.value + deviation, found.lines, found.axes,
+                    f"{found.method}, plus the deviation at {found.axes[0]} {target[axis]:g} learned from "
+                    f"{model[1]} rows of the family ({deviation:+.3f} log efficiency)", found.bracket)
+
+
+def _model(points: Sequence[Point], axis: int, rules: Sequence[Similar]) -> tuple[Any, int] | None:
+    """The regression trained on ``points`` along ``axis`` (cached), with its count of rows; None
+    with too few rows."""
+    key = (tuple(sorted((p.raw, p.value) for p in points)), axis, tuple(rules))
+    if key in _models:
+        _models.move_to_end(key)
+        return _models[key]  # type: ignore[no-any-return]
+    rows, targets = training_set(series_along(points, axis), axis, rules)
+    trained: tuple[Any, int] | None = None
+    if len(rows) >= MIN_EXAMPLES:
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        trained = (HistGradientBoostingRegressor(**_SETTINGS).fit(rows, targets), len(rows))
+    _models[key] = trained
+    while len(_models) > _MODELS_KEPT:
+        _models.popitem(last=False)
+    return trained
