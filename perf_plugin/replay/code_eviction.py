@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING, Any
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.reuse_cell import parse_reuse_cell
 from perf_plugin.database.schema import CODE_REUSE, PROFILING_CODE_REUSE, PROFILING_COUNTER_PREFIX
-from perf_plugin.replay.cold_inputs import CACHED_SHARE
 
 if TYPE_CHECKING:
     import torch
@@ -60,6 +59,10 @@ if TYPE_CHECKING:
 # SMs and evict less.  Over three decoder models profiled on an H100, 4 to 6 put the most kernel
 # time within 10 % of its in-model duration, 8 and more less (README, "Coverage of real profiles").
 CODE_CACHED_KERNELS = 6.0
+# The share of the last-level cache a kernel's code survives in: every SM fetches it, and the L2
+# of an H100 or H200 holds a line the SMs of both its partitions read in each, so traffic of half
+# the cache since the kernel's last call evicts it.
+CODE_CACHED_SHARE = 0.5
 CODE_REUSE_COLUMN = PROFILING_COUNTER_PREFIX + CODE_REUSE
 
 # Element-wise functions with distinct kernels (one each per dtype).
@@ -112,7 +115,7 @@ def code_cache_state(row: "KernelRow", cache_bytes: int) -> CodeCache:
         moved = parse_reuse_cell(row.attrs.get(PROFILING_CODE_REUSE, ""))
     except DatabaseError as exc:
         raise exc.located(column=PROFILING_CODE_REUSE) from None
-    if moved and moved[0] < cache_bytes * CACHED_SHARE:
+    if moved and moved[0] < cache_bytes * CODE_CACHED_SHARE:
         return CodeCache.LAST_LEVEL
     return CodeCache.MEMORY
 
