@@ -10,9 +10,10 @@ P90 absolute percentage error (APE) of the interpolated answers against the row'
 duration; ``--roofline`` adds the error of the roofline alone (the
 device's peaks, no rows) over the same rows, ``--policy`` the answer ``op_mapping.yaml``'s
 ``interpolation_policy`` gives (as the Ascend performance model reads the same files; ``--op-mapping
-FILE`` when the database has none).  ``--leave-one-out`` asks every row of a database without that
-row instead; ``--plots DIR`` draws each kernel type's errors against the query's work (needs
-matplotlib: ``pip install -e ".[plot]"``).
+FILE`` when the database has none); ``--without-learned`` answers GEMMs with the median deviation
+of alike weights instead of the learned one (``perf_plugin/lookup/learned.py``).
+``--leave-one-out`` asks every row of a database without that row instead; ``--plots DIR`` draws
+each kernel type's errors against the query's work (needs matplotlib: ``pip install -e ".[plot]"``).
 
 Prerequisites: this project installed (``pip install -e .``); a database whose rows were
 measured (``pytest bench`` wrote ``Average Duration(us)``), e.g. the ones
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from perf_plugin.database.table import CsvTable
-from perf_plugin.lookup import lookup
+from perf_plugin.lookup import learned, lookup
 from perf_plugin.lookup.api import family
 from perf_plugin.lookup.command import make_query
 from perf_plugin.lookup.peaks import PEAKS_FILE, find_peaks
@@ -162,8 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", action="store_true", help="also the op_mapping.yaml policy answer's error")
     parser.add_argument("--op-mapping", type=Path, help="the policy's op_mapping.yaml (default: the database's)")
     parser.add_argument("--plots", type=Path, help="a directory for one error plot per kernel type")
+    parser.add_argument("--without-learned", action="store_true",
+                        help="GEMMs take the median deviation of alike weights, not the learned one (lookup/learned.py)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    if args.without_learned:
+        learned.MIN_EXAMPLES = sys.maxsize  # no family has that many rows: every one keeps the median
     mapping = args.op_mapping or (args.database_path / "op_mapping.yaml")
     methods = ("lookup",) + (("roofline",) if args.roofline else ()) + (("policy",) if args.policy else ())
     names = [n for n in args.kernel_types.split(",") if n] or sorted(

@@ -28,8 +28,9 @@ def _planted_us(m: int, n: int, k: int) -> float:
     return 2.0 * slower * _roofline_us(m, n, k)
 
 
-def _rows(weights: list[tuple[int, int]], left_out: tuple[int, int]) -> list[tuple[int, int, int, float]]:
-    return [(m, n, k, _planted_us(m, n, k)) for n, k in weights for m in TOKENS if (m, (n, k)) != (QUERY_M, left_out)]
+def _rows(weights: list[tuple[int, int]], left_out: tuple[int, int], tokens: tuple[int, ...] = TOKENS
+          ) -> list[tuple[int, int, int, float]]:
+    return [(m, n, k, _planted_us(m, n, k)) for n, k in weights for m in tokens if (m, (n, k)) != (QUERY_M, left_out)]
 
 
 @pytest.fixture(autouse=True)
@@ -98,3 +99,27 @@ def test_every_row_with_two_neighbours_is_asked_without_itself() -> None:
     assert (share, span, line, low, high) == pytest.approx((0.5, math.log(4.0), 0.0, 0.0, 0.0))
     assert first[8] == pytest.approx(0.0)  # fewer than three other series: no median deviation
     assert len(targets) == 3 and len(rows) == 3
+
+
+def test_the_accuracy_benchmark_compares_the_learned_deviation_with_the_median(tmp_path: Path) -> None:
+    """``benchmarks/lookup_accuracy.py`` with and without ``--without-learned`` on the planted rows:
+    held out at random, the learned answers are closer than the median of alike weights."""
+    import json
+    import subprocess
+    import sys
+
+    db = _database(tmp_path)
+    tokens = tuple(range(64, 544, 32))  # 15 token counts: a fifth held out leaves 200 rows to learn from
+    _gemm_csv(db, _rows(WIDE + NARROW, (0, 0), tokens))
+    root = Path(__file__).resolve().parent.parent
+    errors = {}
+    for flag in ([], ["--without-learned"]):
+        out = tmp_path / f"answers{len(flag)}.json"
+        done = subprocess.run([sys.executable, "benchmarks/lookup_accuracy.py", "--database-path", str(db),
+                               "--out", str(out), *flag], capture_output=True, text=True, cwd=root, timeout=300)
+        assert done.returncode == 0, done.stderr
+        answers = [a for a in json.loads(out.read_text())["MatMulV2"] if a["provenance"] == "interpolated"]
+        errors[len(flag)] = sorted(a["lookup_ape"] for a in answers)
+    learned_p90, median_p90 = (e[int(0.9 * len(e))] for e in (errors[0], errors[1]))
+    assert len(errors[0]) == len(errors[1]) > 30
+    assert learned_p90 < median_p90 and learned_p90 < 5.0
