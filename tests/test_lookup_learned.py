@@ -91,14 +91,28 @@ def test_every_row_with_two_neighbours_is_asked_without_itself() -> None:
     values = {(1.0,): (0.0, 0.3, 0.0), (2.0,): (0.0, 0.5, 0.0), (4.0,): (-1.0, -0.4, -1.0)}
     points = [hull.Point((m, key[0]), value, (i,))
               for i, (key, row) in enumerate(values.items()) for m, value in zip((8.0, 16.0, 32.0), row)]
-    rows, targets = learned.training_set(series_along(points, 0), 0, (every_series,))
-    assert targets == pytest.approx([0.3, 0.5, 0.6])
+    rows, targets, count = learned.training_set(series_along(points, 0), 0, (every_series,))
+    assert count == 3 and targets == pytest.approx([0.3, 0.5, 0.6])
     first = rows[0]
     assert first[:2] == pytest.approx([math.log(16.0), math.log(1.0)])  # the axes, log
     share, span, line, low, high = first[3:8]
     assert (share, span, line, low, high) == pytest.approx((0.5, math.log(4.0), 0.0, 0.0, 0.0))
     assert first[8] == pytest.approx(0.0)  # fewer than three other series: no median deviation
     assert len(targets) == 3 and len(rows) == 3
+
+
+def test_a_row_is_also_asked_across_one_more_row_on_either_side() -> None:
+    """A series of four: each inner row between its neighbours and across one row more (as when
+    a held-out query's neighbour was held out too), the skipped row read nowhere."""
+    along = {8.0: 0.0, 16.0: 0.4, 32.0: -0.2, 64.0: 0.0}
+    points = [hull.Point((m, float(s)), value + s / 10, (i,))
+              for s in (1, 2, 4) for i, (m, value) in enumerate(along.items())]
+    rows, targets, count = learned.training_set(series_along(points, 0), 0, (every_series,))
+    assert count == 2 * 3 and len(rows) == len(targets) == 2 * 2 * 3
+    spans = [(round(math.exp(r[0])), round(math.exp(r[4]))) for r in rows[:4]]  # (M, high over low)
+    assert spans == [(16, 4), (16, 8), (32, 4), (32, 8)]
+    # 16 between 8 and 64: a third of the way in log M, on a line from 0.1 to 0.1
+    assert targets[1] == pytest.approx(0.4)
 
 
 def test_the_accuracy_benchmark_compares_the_learned_deviation_with_the_median(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ series of the family measured at the same three values show how often and how fa
 case, and how much to trust them, depends on the shapes: here a model learns it.
 
 Every measured row of the family that has measured rows on both sides along the axis, in its own
-series, is asked as if it were held out: its two neighbours, the line between them, and the
+series, is asked as if it were held out (between its two neighbours, and across one more row on
+either side, as a held-out neighbour leaves a query): the two rows, the line between them, and the
 median deviations other series show at its value under each notion of alike a family gives
 (``transfer.Similar``: for a GEMM, weights of a similar size, of the same N, of the same K, and
 every weight), with the axes' values; its measured deviation from the line is what it learns.
@@ -18,10 +19,11 @@ absolute-error loss: the median, which the few rows where cuBLAS's choice is far
 drag) then gives the query's deviation from the same features.  Fewer than ``MIN_EXAMPLES`` such
 rows leave it to ``transfer.carry_deviation``.
 
-Measured on an H200 over a dense GEMM grid of 48 token counts (docs/lookup.md, "How well it
-answers"): over four splits the held-out P90 of the bf16 answers went from 7.79-8.26 % to
-6.61-7.55 %, of the fp8 answers from 5.91-7.54 % to 5.21-5.79 %, and the medians from 1.28-1.60 %
-to 1.18-1.43 %; at half the density (1200 rows per kernel type to learn from) the gain is smaller.
+Measured on an H200 over a dense GEMM grid of 48 token counts (docs/lookup.md, "A learned
+deviation"): over four splits the held-out P90 of the bf16 answers went from 7.79-8.26 % to
+6.72-6.94 %, of the fp8 answers from 5.91-7.54 % to 5.07-5.58 %, and the medians from
+1.28-1.60 % to 1.08-1.40 %; at half the density (1200 rows per kernel type to learn from) the
+gain is smaller.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ from perf_plugin.lookup.transfer import MIN_SERIES, Similar, series_along, witho
 
 # Fewer rows with neighbours on both sides than this are too few to learn from.
 MIN_EXAMPLES = 200
+# The spans a row is asked across, in rows below and above it: its two neighbours, and one row
+# wider on either side, as a random split leaves a query whose neighbour was held out too (a
+# fifth of the rows held out: a third of the queries).  On the H200's dense GEMM grid the wider
+# spans took the mean P90 over four splits from 7.08 to 6.86 % (bf16) and 5.53 to 5.29 % (fp8).
+SPANS = ((1, 1), (2, 1), (1, 2))
 # The regression's settings; the held-out error moved by less than 0.3 points of P90 over
 # 200-600 trees, learning rates 0.03-0.05 and 15-31 leaves.
 # Every tree is kept (no early stopping, which scikit-learn turns on from 10000 rows and which
@@ -68,19 +75,25 @@ def features(series: Series, key: tuple[float, ...], axis: int, at: float, low: 
     return found
 
 
-def training_set(series: Series, axis: int, rules: Sequence[Similar]) -> tuple[list[list[float]], list[float]]:
-    """Every point with neighbours on both sides in its own series, asked without itself."""
+def training_set(series: Series, axis: int, rules: Sequence[Similar]) -> tuple[list[list[float]], list[float], int]:
+    """Every point with neighbours on both sides in its own series, asked across each of
+    ``SPANS`` around it (its features read only the span's two ends, never the point), with its
+    deviation from the line between them; and how many points that is."""
     rows: list[list[float]] = []
     targets: list[float] = []
+    points = 0
     for key, own in series.items():
         values = sorted(own)
-        for low, at, high in zip(values, values[1:], values[2:]):
-            point = own.pop(at)
-            rows.append(features(series, key, axis, at, low, high, rules))
-            own[at] = point
-            share = (math.log(at) - math.log(low)) / (math.log(high) - math.log(low))
-            targets.append(point.value - (own[low].value + share * (own[high].value - own[low].value)))
-    return rows, targets
+        for i in range(1, len(values) - 1):
+            points += 1
+            for below, above in SPANS:
+                if i - below < 0 or i + above >= len(values):
+                    continue
+                low, at, high = values[i - below], values[i], values[i + above]
+                rows.append(features(series, key, axis, at, low, high, rules))
+                share = (math.log(at) - math.log(low)) / (math.log(high) - math.log(low))
+                targets.append(own[at].value - (own[low].value + share * (own[high].value - own[low].value)))
+    return rows, targets, points
 
 
 def learned_deviation(points: Sequence[Point], target: tuple[float, ...], found: Estimate, names: Sequence[str],
@@ -114,12 +127,12 @@ def _model(points: Sequence[Point], axis: int, rules: Sequence[Similar]) -> tupl
     if key in _models:
         _models.move_to_end(key)
         return _models[key]  # type: ignore[no-any-return]
-    rows, targets = training_set(series_along(points, axis), axis, rules)
+    rows, targets, count = training_set(series_along(points, axis), axis, rules)
     trained: tuple[Any, int] | None = None
-    if len(rows) >= MIN_EXAMPLES:
+    if count >= MIN_EXAMPLES:
         from sklearn.ensemble import HistGradientBoostingRegressor
 
-        trained = (HistGradientBoostingRegressor(**_SETTINGS).fit(rows, targets), len(rows))
+        trained = (HistGradientBoostingRegressor(**_SETTINGS).fit(rows, targets), count)
     _models[key] = trained
     while len(_models) > _MODELS_KEPT:
         _models.popitem(last=False)
