@@ -1,7 +1,8 @@
 """How a kernel's time follows the bytes the device moved since its input was written.
 
 The ``produced`` cache mode replays an input as cached or as read from memory by one threshold on
-its reuse distance (``perf_plugin.replay.cold_inputs``: half the last-level cache).  On an H200,
+its reuse distance (``perf_plugin.replay.cold_inputs``: half the last-level cache when this was
+measured; 0.8 of it since, from these figures and the twelve models' rows).  On an H200,
 DeepSeek-V3's rows whose input lay beyond it replayed slower than in the model: the decode
 residual ``add`` (second input 44 MB away) 1.17-1.24x, the prefill expert ``mul`` (31 MB)
 1.15x, the sum over 6 experts' outputs (a 25 MB input 38 MB away) 1.31x, the prefill rotary
