@@ -57,22 +57,37 @@ _models: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 
 
 def features(series: Series, key: tuple[float, ...], axis: int, at: float, low: float, high: float,
-             rules: Sequence[Similar]) -> list[float]:
-    """What the model reads for the point ``at`` of the series ``key`` between ``low`` and ``high``."""
+             rules: Sequence[Similar], deviations: dict[tuple[float, ...], float] | None = None,
+             alike: Sequence[frozenset[tuple[float, ...]]] | None = None) -> list[float]:
+    """What the model reads for the point ``at`` of the series ``key`` between ``low`` and ``high``.
+    Where many rows are asked, what does not change between them is computed once: every series'
+    deviation for the span (``deviations``, ``_deviations``), the series alike to ``key`` under each
+    rule (``alike``, ``_alike``)."""
     own = series[key]
     share = (math.log(at) - math.log(low)) / (math.log(high) - math.log(low))
     line = own[low].value + share * (own[high].value - own[low].value)
-    deviations: dict[tuple[float, ...], float] = {}
-    for other, along in series.items():
-        if other != key and at in along and low in along and high in along:
-            deviations[other] = along[at].value - (along[low].value + share * (along[high].value - along[low].value))
+    if deviations is None:
+        deviations = _deviations(series, at, low, high)
     raw = (*key[:axis], at, *key[axis:])
     found = [math.log(x) for x in raw] + [math.log(math.prod(key)), share, math.log(high / low), line,
                                           own[low].value, own[high].value]
-    for rule in rules:
-        alike = [value for other, value in deviations.items() if rule(key, other)]
-        found.append(statistics.median(alike) if len(alike) >= MIN_SERIES else 0.0)
+    for members in alike if alike is not None else _alike(series, key, rules):
+        values = [value for other, value in deviations.items() if other in members]
+        found.append(statistics.median(values) if len(values) >= MIN_SERIES else 0.0)
     return found
+
+
+def _alike(series: Series, key: tuple[float, ...], rules: Sequence[Similar]) -> list[frozenset[tuple[float, ...]]]:
+    """Per rule, the other series alike to ``key``."""
+    return [frozenset(other for other in series if other != key and rule(key, other)) for rule in rules]
+
+
+def _deviations(series: Series, at: float, low: float, high: float) -> dict[tuple[float, ...], float]:
+    """Every series measured at all three values: how far it lies at ``at`` off its line between
+    ``low`` and ``high``."""
+    share = (math.log(at) - math.log(low)) / (math.log(high) - math.log(low))
+    return {other: along[at].value - (along[low].value + share * (along[high].value - along[low].value))
+            for other, along in series.items() if at in along and low in along and high in along}
 
 
 def training_set(series: Series, axis: int, rules: Sequence[Similar]) -> tuple[list[list[float]], list[float], int]:
@@ -82,15 +97,20 @@ def training_set(series: Series, axis: int, rules: Sequence[Similar]) -> tuple[l
     rows: list[list[float]] = []
     targets: list[float] = []
     points = 0
+    # the series of a grid share their values: each span's deviations are computed once
+    spans: dict[tuple[float, float, float], dict[tuple[float, ...], float]] = {}
     for key, own in series.items():
         values = sorted(own)
+        alike = _alike(series, key, rules)
         for i in range(1, len(values) - 1):
             points += 1
             for below, above in SPANS:
                 if i - below < 0 or i + above >= len(values):
                     continue
                 low, at, high = values[i - below], values[i], values[i + above]
-                rows.append(features(series, key, axis, at, low, high, rules))
+                if (low, at, high) not in spans:
+                    spans[low, at, high] = _deviations(series, at, low, high)
+                rows.append(features(series, key, axis, at, low, high, rules, spans[low, at, high], alike))
                 share = (math.log(at) - math.log(low)) / (math.log(high) - math.log(low))
                 targets.append(own[at].value - (own[low].value + share * (own[high].value - own[low].value)))
     return rows, targets, points
