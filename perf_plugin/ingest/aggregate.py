@@ -80,8 +80,10 @@ CODE_REUSE_BYTES = "_code_reuse_bytes"
 INPUT_QUANTILES = "_input_quantiles"
 # Frame column of a trace sample's top-k inputs' selection depths (argument position -> depth -> rows), likewise.
 INPUT_DEPTHS = "_input_depths"
-# The frame columns a capture's values fill, each a dict per sample ({} where the call recorded none).
-CAPTURED_COLUMNS = (INPUT_QUANTILES, INPUT_DEPTHS)
+# The frame columns a capture's values fill, each a dict per sample ({} where the call recorded
+# none), and how a row's cell is made of its samples'.
+CAPTURED_CELLS: dict[str, Callable[[list[Any]], str]] = {INPUT_QUANTILES: quantiles_cell, INPUT_DEPTHS: depths_cell}
+CAPTURED_COLUMNS = tuple(CAPTURED_CELLS)
 GROUP_KEY: tuple[str, ...] = (
     col.TYPE,
     "Input Shapes",
@@ -205,8 +207,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
 
 def _add_captured_cells(stats: pd.DataFrame, groups: Any, frame: pd.DataFrame) -> None:
     """Each group's cells of what a capture recorded of its calls' values (top-k's input)."""
-    cells: dict[str, Callable[[list[Any]], str]] = {INPUT_QUANTILES: quantiles_cell, INPUT_DEPTHS: depths_cell}
-    for name, cell in cells.items():
+    for name, cell in CAPTURED_CELLS.items():
         if name in frame.columns:
             stats[name] = groups[name].agg(lambda samples, cell=cell: cell(list(samples)))
 

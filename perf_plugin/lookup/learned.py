@@ -32,6 +32,7 @@ import math
 import statistics
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from perf_plugin.lookup.hull import Estimate, Point
@@ -53,7 +54,7 @@ _SETTINGS: dict[str, Any] = {"loss": "absolute_error", "max_iter": 300, "learnin
 _MODELS_KEPT = 8  # trained models kept per process: a CSV of queries asks one family many times
 
 Series = dict[tuple[float, ...], dict[float, Point]]
-_models: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_models: OrderedDict[tuple[Any, ...], "_Trained | None"] = OrderedDict()
 
 
 def features(series: Series, key: tuple[float, ...], axis: int, at: float, low: float, high: float,
@@ -127,32 +128,39 @@ def learned_deviation(points: Sequence[Point], target: tuple[float, ...], found:
     low, high = found.bracket
     if not low < target[axis] < high:
         return None
-    model = _model(points, axis, rules)
-    if model is None:
+    trained = _trained(points, axis, rules)
+    if trained is None:
         return None
-    series = series_along(points, axis)
     key = without(target, axis)
-    if key not in series or low not in series[key] or high not in series[key]:
+    own = trained.series.get(key, {})
+    if low not in own or high not in own:
         return None
-    deviation = float(model[0].predict([features(series, key, axis, target[axis], low, high, rules)])[0])
+    deviation = float(trained.model.predict([features(trained.series, key, axis, target[axis], low, high, rules)])[0])
     return Estimate(found.value + deviation, found.lines, found.axes,
                     f"{found.method}, plus the deviation at {found.axes[0]} {target[axis]:g} learned from "
-                    f"{model[1]} rows of the family ({deviation:+.3f} log efficiency)", found.bracket)
+                    f"{trained.rows} rows of the family ({deviation:+.3f} log efficiency)", found.bracket)
 
 
-def _model(points: Sequence[Point], axis: int, rules: Sequence[Similar]) -> tuple[Any, int] | None:
-    """The regression trained on ``points`` along ``axis`` (cached), with its count of rows; None
-    with too few rows."""
+@dataclass(frozen=True)
+class _Trained:
+    model: Any  # the fitted regression
+    rows: int  # the family's rows it learned from
+    series: Series  # the family's points by series along the axis, which queries read too
+
+
+def _trained(points: Sequence[Point], axis: int, rules: Sequence[Similar]) -> _Trained | None:
+    """The regression trained on ``points`` along ``axis`` (cached per process); None with too few rows."""
     key = (tuple(sorted((p.raw, p.value) for p in points)), axis, tuple(rules))
     if key in _models:
         _models.move_to_end(key)
-        return _models[key]  # type: ignore[no-any-return]
-    rows, targets, count = training_set(series_along(points, axis), axis, rules)
-    trained: tuple[Any, int] | None = None
+        return _models[key]
+    series = series_along(points, axis)
+    rows, targets, count = training_set(series, axis, rules)
+    trained = None
     if count >= MIN_EXAMPLES:
         from sklearn.ensemble import HistGradientBoostingRegressor
 
-        trained = (HistGradientBoostingRegressor(**_SETTINGS).fit(rows, targets), count)
+        trained = _Trained(HistGradientBoostingRegressor(**_SETTINGS).fit(rows, targets), count, series)
     _models[key] = trained
     while len(_models) > _MODELS_KEPT:
         _models.popitem(last=False)
