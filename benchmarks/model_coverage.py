@@ -18,7 +18,13 @@ ingest the trace into a fresh database (``perfdb ingest``'s pipeline), replay it
   kernel time whose second in-model duration is within [0.9, 1.1] of the first -- how far the
   reference itself moves between two runs of the same code, the bound a replay is judged against;
   and a third time with every parameter moved to a new allocation (``replace_parameters``), which
-  shows also how far the reference moves with where its weights lie in device memory.
+  shows also how far the reference moves with where its weights lie in device memory;
+* with ``--second-process``: the model built and profiled once more in a new process (the same
+  seed, so the same weights and routing), as a second profiling run is: how far the reference
+  moves between processes (``reference_spread_process.json``), and the replay of the first
+  profile judged against the second one's in-model durations too.  Small decode kernels move
+  between processes by more than between two profiles in one (Phi-3 on an H200: 91.4 % of the
+  time within 10 %, where two profiles in one process agree on 100 %).
 
 Models (``--models``): ``llama`` (Llama-3.1-8B dimensions, SDPA attention), ``qwen3-moe``
 (Qwen3-30B-A3B dimensions: 128 experts, top-8), ``llama-fp8`` (the Llama model with every
@@ -67,7 +73,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +90,7 @@ class RowOutcome:
     count: int
     replayed_us: float | None
     kernels_differ: bool = False  # the replay launched other kernels than the model (Profiling Kernels)
+    key: tuple[str, ...] = ()  # kernel type and identity cells (``row_key``): the row in another profile
 
     @property
     def total_us(self) -> float:
@@ -102,6 +109,7 @@ class ModelReport:
     rows: list[RowOutcome] = field(default_factory=list)
     replay_seconds: float = 0.0
     reference_spread: dict[str, Any] | None = None  # --reference-spread: in-model profiles compared
+    against_second: dict[str, Any] | None = None  # --second-process: the replay against that profile
 
     def summary(self) -> dict[str, Any]:
         passed = [r for r in self.rows if r.replayed_us is not None]
@@ -119,6 +127,7 @@ class ModelReport:
             "other_kernels_time": sum(r.total_us for r in passed if r.kernels_differ) / passed_us if passed_us else 0.0,
             "replay_seconds": round(self.replay_seconds, 1),
             "reference_spread": self.reference_spread,
+            "against_second_process": self.against_second,
         }
 
 
@@ -487,8 +496,39 @@ def collect_rows(db: Path) -> list[RowOutcome]:
                 differ = ok and kernel_difference(
                     cells.get("Profiling Kernels", ""), cells.get("MicroBench Kernels", "")
                 ) is not None
-                rows.append(RowOutcome(path.stem, line, profiled, count, float(replayed) if ok else None, differ))
+                rows.append(RowOutcome(path.stem, line, profiled, count, float(replayed) if ok else None, differ,
+                                       row_key(path.stem, cells)))
     return rows
+
+
+def row_key(kernel_type: str, cells: Mapping[str, str]) -> tuple[str, ...]:
+    """A row's kernel type and identity cells, spelled alike in an ingest's rows and a CSV's."""
+    from perf_plugin.database.schema import DETAIL_COLUMNS, SIGNATURE_COLUMNS
+    from perf_plugin.database.shapes import strip_embedded_quotes
+
+    columns = (*SIGNATURE_COLUMNS, *DETAIL_COLUMNS)
+    return (kernel_type, *(strip_embedded_quotes(cells.get(c) or "").replace(" ", "") for c in columns))
+
+
+def profiled_rows(trace: Path) -> dict[tuple[str, ...], tuple[float, int]]:
+    """``row_key`` -> (in-model average, calls) of a trace's ingested rows."""
+    from perf_plugin.ingest.pipeline import ingest_path
+
+    return {row_key(r.kernel_type, r.cells): (r.average, r.count) for r in ingest_path(trace, None).rows}
+
+
+def against_profile(rows: list[RowOutcome], other: dict[tuple[str, ...], tuple[float, int]]) -> dict[str, Any]:
+    """The replayed rows judged against another profile's in-model durations: the share of the
+    matched rows, and of their time in that profile, whose replay is within ``BAND`` of it."""
+    matched = [(row.replayed_us, other[row.key]) for row in rows if row.replayed_us is not None and row.key in other]
+    inside = [(avg, count) for replayed, (avg, count) in matched if avg > 0 and BAND[0] <= replayed / avg <= BAND[1]]
+    total = sum(avg * count for _, (avg, count) in matched) or 1.0
+    return {
+        "rows_matched": len(matched),
+        "rows_replayed": sum(1 for row in rows if row.replayed_us is not None),
+        "rows_within": len(inside) / len(matched) if matched else 0.0,
+        "time_within": sum(avg * count for avg, count in inside) / total,
+    }
 
 
 def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
@@ -501,6 +541,8 @@ def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
         for line in routing_balance(model, prefill_ids(model, args.device, args.tokens), expert_count(model.config)):
             print(f"  routing of the profiled prefill, {line}")
     profile_model(model, args.device, args.tokens, args.decode_steps, trace, not args.no_capture)
+    if args.profile_only:
+        return []
     spread = None
     if args.reference_spread:
         second = out / "trace_second.json"
@@ -513,10 +555,27 @@ def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
         spread["replaced"] = reference_spread(trace, moved, out, "reference_spread_replaced.json")
     del model
     release_device_memory(args.device)
+    second = profile_in_new_process(name, args, out) if args.second_process else None
+    if second is not None:
+        spread = dict(spread or {}, process=reference_spread(trace, second, out, "reference_spread_process.json"))
     reports = replay_trace(name, trace, out, args)
     for report in reports:
         report.reference_spread = spread
+        if second is not None:
+            report.against_second = against_profile(report.rows, profiled_rows(second))
     return reports
+
+
+def profile_in_new_process(name: str, args: argparse.Namespace, out: Path) -> Path:
+    """The model built and profiled again by a new process of this script (``--profile-only``):
+    a second profiling run, with its own allocations, launch history and device state."""
+    folder = out / "second_process"
+    command = [sys.executable, str(Path(__file__).resolve()), "--profile-only", "--models", name,
+               "--device", args.device, "--layers", str(args.layers), "--tokens", str(args.tokens),
+               "--decode-steps", str(args.decode_steps), "--out", str(folder)]
+    command += ["--tiny"] * args.tiny + ["--no-capture"] * args.no_capture
+    subprocess.run(command, cwd=ROOT, check=True)
+    return folder / name.replace(":", "-") / "trace.json"
 
 
 def release_device_memory(device: str) -> None:
@@ -610,16 +669,22 @@ def print_report(report: ModelReport) -> None:
         f"fidelity within {BAND}: {100 * s['fidelity_time']:.1f}% of replayed time, {100 * s['fidelity_rows']:.1f}% of rows; "
         f"other kernels than the model: {s['other_kernels_rows']} rows, {100 * s['other_kernels_time']:.1f}% of replayed time"
     )
-    if report.reference_spread:
-        spread = report.reference_spread
-        print(f"{report.model}: reference spread: a second in-model profile within {BAND} of the first for "
-              f"{100 * spread['time_within']:.1f}% of the time, {100 * spread['rows_within']:.1f}% of "
-              f"{spread['rows_matched']} matched rows")
-        if "replaced" in spread:
-            moved = spread["replaced"]
-            print(f"{report.model}: reference spread, parameters re-placed: within {BAND} of the first for "
-                  f"{100 * moved['time_within']:.1f}% of the time, {100 * moved['rows_within']:.1f}% of "
-                  f"{moved['rows_matched']} matched rows")
+    spread = report.reference_spread or {}
+    for key, what in (("", "a second in-model profile"), ("process", "a profile in another process"),
+                      ("replaced", "parameters re-placed")):
+        other = spread.get(key) if key else spread
+        if other and "time_within" in other:
+            print(f"{report.model}: reference spread, {what}: within {BAND} of the first for "
+                  f"{100 * other['time_within']:.1f}% of the time, {100 * other['rows_within']:.1f}% of "
+                  f"{other['rows_matched']} matched rows")
+
+
+def print_against_second(report: ModelReport) -> None:
+    against = report.against_second
+    if against:
+        print(f"{report.model}: the replay against the profile of another process: within {BAND} for "
+              f"{100 * against['time_within']:.1f}% of its time, {100 * against['rows_within']:.1f}% of "
+              f"{against['rows_matched']} matched rows (of {against['rows_replayed']} replayed)")
 
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, Callable[[], list[ModelReport]]]]:
@@ -647,6 +712,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="replay the database once per cache mode (comma list; MODE+markers: every repeat delimited)")
     parser.add_argument("--reference-spread", action="store_true",
                         help="profile each model twice and report how far the in-model durations move between the runs")
+    parser.add_argument("--second-process", action="store_true",
+                        help="profile each model again in a new process: the reference's spread between processes, "
+                             "and the replay judged against that second profile too")
+    parser.add_argument("--profile-only", action="store_true", help="profile and write the trace; no ingest, no replay")
     parser.add_argument("--traces", help="replay these trace files (comma list) instead of profiling --models")
     parser.add_argument("--no-capture", action="store_true", help="profile without recording the grouped GEMMs' groups")
     parser.add_argument("--out", required=True)
@@ -659,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
         for report in run():
             reports.append(report)
             print_report(report)
+            print_against_second(report)
     document = {
         "summary": [r.summary() for r in reports],
         "rows": {r.model: [vars(row) for row in r.rows] for r in reports},
