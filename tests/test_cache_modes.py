@@ -24,8 +24,9 @@ from perf_plugin.replay.cache_modes import (
     row_cache_mode,
     tensor_bytes,
 )
-from perf_plugin.database.schema import PROFILING_INPUT_REUSE
-from perf_plugin.replay.cold_inputs import cold_inputs, has_reuse_evidence
+from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.schema import PROFILING_INPUT_REUSE, PROFILING_INPUT_REUSE_SPREAD
+from perf_plugin.replay.cold_inputs import CacheSplit, cached_shares, cold_inputs, has_reuse_evidence
 from perf_plugin.replay.tensors import KernelRow
 from perf_plugin.results import CaseRef
 from perf_plugin.run.cases import STATUS_READY, Case
@@ -261,7 +262,7 @@ def test_idle_mode_evicts_by_reading_and_launches_each_call_after_the_device_fin
 def test_produced_mode_leaves_the_models_parameters_out_of_the_rewrite() -> None:
     runner = _runner("produced", 4096)
     x, weight, bias = torch.ones(4, 8), torch.ones(8, 16), torch.ones(16)
-    produce = runner._before_repeat((x, weight, bias), "produced", uncached=(weight.t().t(), bias))
+    produce = runner._before_repeat((x, weight, bias), "produced", CacheSplit(uncached=(weight.t().t(), bias)))
     with torch.autograd.profiler.profile(record_shapes=True) as prof:
         produce()
     assert [e.input_shapes[0] for e in prof.function_events if e.name == "aten::mul_"] == [[128]]  # x's bytes only
@@ -412,6 +413,59 @@ def test_cold_slots_of_one_shape_claim_distinct_tensors() -> None:
     a, b = torch.ones(8), torch.ones(8)
     cold = cold_inputs(kernel_row_from_cells("Add", cells), (a, b), cache_bytes=1)
     assert [t.data_ptr() for t in cold] == [a.data_ptr(), b.data_ptr()]
+
+
+def test_slots_of_one_shape_claim_tensors_in_slot_order() -> None:
+    """A cached first slot keeps the first tensor of the shape; the cold second slot is the second."""
+    from perf_plugin.replay.tensors import kernel_row_from_cells
+
+    cells = {"Input Shapes": '"8;8"', "Input Data Types": "FLOAT;FLOAT", "Input Formats": "ND;ND",
+             "Output Shapes": '"8"', "Output Data Types": "FLOAT", "Output Formats": "ND", PROFILING_INPUT_REUSE: "10;-"}
+    a, b = torch.ones(8), torch.ones(8)
+    assert [t.data_ptr() for t in cold_inputs(kernel_row_from_cells("Add", cells), (a, b), cache_bytes=1000)] == [b.data_ptr()]
+
+
+@pytest.mark.parametrize(
+    ("distances", "spreads", "shares"),
+    [
+        ("8000;4000", "4000;0", (0.5, 1.0)),  # bytes 4000-12000 away, 8000 kept: half
+        ("12000;100", "2000;100", (0.0, 1.0)),  # all of it beyond 8000; all within
+        ("6000;-", "1000;-", (1.0, 0.0)),
+        ("8000;7999", "", (0.0, 1.0)),  # an older row without spreads: by the distance alone
+        ("8000;8000", "5", (0.0, 0.0)),  # a cell of another layout: likewise
+    ],
+)
+def test_an_inputs_cached_share_is_the_part_of_its_range_within_the_cache(
+    distances: str, spreads: str, shares: tuple[float, ...]
+) -> None:
+    row = _row_with_reuse(distances)
+    row.attrs[PROFILING_INPUT_REUSE_SPREAD] = spreads
+    assert cached_shares(row, cache_bytes=10000) == pytest.approx(shares)
+
+
+def test_a_bad_spread_cell_names_its_column() -> None:
+    row = _row_with_reuse("8000;8000")
+    row.attrs[PROFILING_INPUT_REUSE_SPREAD] = "x;1"
+    with pytest.raises(DatabaseError) as raised:
+        cached_shares(row, cache_bytes=10000)
+    assert PROFILING_INPUT_REUSE_SPREAD in str(raised.value)
+
+
+def test_produced_mode_rewrites_the_tail_of_a_partly_cached_input() -> None:
+    """The argmax over logits a GEMV of 1.5 waves wrote: a quarter of them cached (their tail,
+    the last wave's), the rest left evicted; the model's parameters are not rewritten at all."""
+    row = _row_with_reuse("8000;8000")
+    row.attrs[PROFILING_INPUT_REUSE_SPREAD] = "2000;8000"  # weight: 6000-10000 away; x: 0-16000
+    weight, x = torch.ones(4096, dtype=torch.bfloat16), torch.ones(1, 1, 4096, dtype=torch.bfloat16)
+    split = CacheSplit.of(row, (weight, x), 10000, parameters=())
+    assert split.uncached == () and [(tuple(t.shape), s) for t, s in split.partial] == [((4096,), 0.5), ((1, 1, 4096), 0.5)]
+    runner = _runner("produced", 10000)
+    produce = runner._before_repeat((weight, x), "produced", CacheSplit.of(row, (weight, x), 10000, parameters=(weight,)))
+    with torch.autograd.profiler.profile(record_shapes=True) as prof:
+        produce()
+    assert [e.input_shapes[0] for e in prof.function_events if e.name == "aten::mul_"] == [[4096]]  # half x's 8192 bytes
+    tail = CacheSplit(partial=((x, 0.5),)).rewritten((weight, x))
+    assert [t.data_ptr() - x.data_ptr() for t in tail[1:]] == [4096]  # after the whole weight, x's last half
 
 
 def test_a_bad_reuse_cell_fails_the_case_naming_file_row_and_column() -> None:

@@ -10,8 +10,8 @@ import pytest
 
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.reuse_cell import parse_reuse_cell, reuse_cell
-from perf_plugin.database.schema import PROFILING_INPUT_REUSE, PROFILING_KERNELS
-from perf_plugin.ingest.input_reuse import ONE_WAVE_ELEMENTS, reads_after_write, reuse_distances
+from perf_plugin.database.schema import PROFILING_INPUT_REUSE, PROFILING_INPUT_REUSE_SPREAD, PROFILING_KERNELS
+from perf_plugin.ingest.input_reuse import ONE_WAVE_ELEMENTS, reads_after_write, reuse_distances, reuse_distances_and_spreads
 from perf_plugin.ingest.pipeline import ingest_path
 from perf_plugin.trace.mapped import MappedOp, Slot
 
@@ -66,6 +66,28 @@ def test_a_contraction_over_several_waves_writes_a_tile_before_the_later_waves_r
     consumer = op([((rows, 1024), BF16)], [((rows, 1024), BF16)])
     assert reuse_distances([gemm, consumer])[1] == (read / 2 * (1 - 1 / 4) + rows * 1024 * 2,)
     assert reads_after_write(op([((rows, 1024), BF16)], [((rows, 1024), BF16)])) == rows * 1024 * 2 / 2
+
+
+def test_an_inputs_bytes_lie_over_the_range_its_last_user_wrote_or_read_them() -> None:
+    """Logits of a vocabulary GEMV of 1.5625 waves (102400 words): its first wave's tiles have the
+    last wave's weight reads after them, its last wave none, so the argmax finds them between 0
+    and twice their average distance away; an element-wise producer's output spreads over half
+    its reads either side; a tensor last read spreads over half its reader's reads."""
+    vocab, hidden = 102400, 2048
+    gemm = op([((1, hidden), BF16), ((vocab, hidden), BF16)], [((1, vocab), BF16)])
+    argmax = op([((1, 1, vocab), BF16)], [((1, 1), "INT64")])
+    distances, spreads = reuse_distances_and_spreads([gemm, argmax])
+    assert spreads[0] == (math.inf, math.inf)
+    after = reads_after_write(gemm)
+    read = (hidden + vocab * hidden) * 2
+    assert after == pytest.approx(read / 2 * (1 - ONE_WAVE_ELEMENTS / vocab))
+    assert distances[1] == pytest.approx((after + vocab * 2,)) and spreads[1] == (after,)  # 75.7 MB: DeepSeek-V3 on an H200
+    cast = op([((4096,), F32)], [((4096,), BF16)])
+    first = op([((4096,), BF16)], [((4096,), F32)])
+    second = op([((4096,), BF16), ((64,), F32)], [((64,), F32)])
+    distances, spreads = reuse_distances_and_spreads([cast, first, second])
+    assert spreads[1] == (4096 * 4 / 2,)  # the Cast's reads
+    assert spreads[2][0] == 4096 * 2 / 2 and distances[2][0] == 4096 * 2 / 2 + 4096 * 4  # read by ``first``
 
 
 def test_keys_built_by_copies_into_slices_of_one_buffer_are_read_whole() -> None:
@@ -181,12 +203,19 @@ def test_ingest_of_a_real_cuda_trace_writes_the_column_after_the_kernels(tmp_pat
     written = next(r for r in rows if r["Input Shapes"] == '"64,32;48,32"')
     distances = parse_reuse_cell(written[PROFILING_INPUT_REUSE])
     assert 0 < distances[0] < 2**20 and 0 < distances[1] < 2**20
+    # the range of each input's bytes, after the columns the reader already knew
+    assert header.index(PROFILING_INPUT_REUSE_SPREAD) > header.index(PROFILING_INPUT_REUSE)
+    for row in rows:
+        spreads = parse_reuse_cell(row[PROFILING_INPUT_REUSE_SPREAD])
+        for distance, spread in zip(parse_reuse_cell(row[PROFILING_INPUT_REUSE]), spreads, strict=True):
+            assert math.isinf(spread) == math.isinf(distance) and (math.isinf(spread) or 0 <= spread <= distance + 1)
 
 
 def test_a_cpu_trace_has_no_reuse_column(tmp_path: Path) -> None:
     ingest_path(FIXTURES / "cpu" / "indexing_trace.json", tmp_path)
     for path in tmp_path.glob("*.csv"):
-        assert PROFILING_INPUT_REUSE not in path.read_text().splitlines()[0]
+        header = path.read_text().splitlines()[0]
+        assert PROFILING_INPUT_REUSE not in header and PROFILING_INPUT_REUSE_SPREAD not in header
 
 
 def test_a_strided_broadcast_slice_matches_the_table_it_is_part_of() -> None:

@@ -66,6 +66,10 @@ PROFILING_KERNELS = "Profiling Kernels"
 # Per input slot, the bytes the device moved between the input's write and the kernel reading it
 # in the profiled model (perf_plugin.database.reuse_cell): which inputs a replay leaves in the cache.
 PROFILING_INPUT_REUSE = "Profiling Input Reuse Distance(B)"
+# Per input slot, half the range of bytes moved over which the input's bytes were last used (the
+# cell's format is the distance's): its bytes lie that far either side of the distance, and a
+# replay keeps the share of them its cache would still hold (perf_plugin.replay.cold_inputs).
+PROFILING_INPUT_REUSE_SPREAD = "Profiling Input Reuse Spread(B)"
 # Per input slot, quantiles of the values a floating input held in the profiled model, where an
 # input-value capture recorded them (top-k's input: perf_plugin.database.quantiles_cell).
 # A replay draws that input from them; a row without the cell draws its default.

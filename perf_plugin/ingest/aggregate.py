@@ -39,7 +39,7 @@ below what was measured without printing binary rounding noise.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,7 @@ from perf_plugin.database.schema import (
     PROFILING_COUNT,
     PROFILING_INPUT_QUANTILES,
     PROFILING_INPUT_REUSE,
+    PROFILING_INPUT_REUSE_SPREAD,
     PROFILING_KERNELS,
     PROFILING_MEDIAN,
     PROFILING_SELECTION_DEPTHS,
@@ -73,6 +74,8 @@ DIGITS = 6
 KERNEL_TIMES = "_kernel_ns"
 # Frame column of a trace sample's reuse distance per input slot (a tuple; traces with device kernels).
 INPUT_REUSE = "_input_reuse"
+# Frame column of a trace sample's half-range of those distances per input slot (a tuple; likewise).
+INPUT_REUSE_SPREAD = "_input_reuse_spread"
 # Frame column of a trace sample's code reuse distance in bytes (a float; traces with device kernels).
 CODE_REUSE_BYTES = "_code_reuse_bytes"
 # Frame column of a trace sample's floating inputs' quantiles, as a capture recorded them (a dict of
@@ -108,6 +111,7 @@ class AggregatedRow:
     counters: Mapping[str, float | None] = field(default_factory=dict)
     kernels: str = ""  # the Profiling Kernels cell ("" when the samples recorded none)
     input_reuse: str = ""  # the Profiling Input Reuse Distance(B) cell ("" when not known)
+    input_reuse_spread: str = ""  # the Profiling Input Reuse Spread(B) cell (likewise)
     code_reuse: str = ""  # the Profiling Code Reuse Distance(B) cell ("" when not known)
     input_quantiles: str = ""  # the Profiling Input Quantiles cell ("" when no call recorded them)
     selection_depths: str = ""  # the Profiling Selection Depths cell (likewise)
@@ -129,6 +133,8 @@ class AggregatedRow:
             values[PROFILING_KERNELS] = self.kernels
         if self.input_reuse:
             values[PROFILING_INPUT_REUSE] = self.input_reuse
+        if self.input_reuse_spread:
+            values[PROFILING_INPUT_REUSE_SPREAD] = self.input_reuse_spread
         if self.code_reuse:
             values[PROFILING_CODE_REUSE] = self.code_reuse
         if self.input_quantiles:
@@ -155,7 +161,8 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     group_key = (*GROUP_KEY, *details)
     frame = frame.assign(_order=np.arange(len(frame)))
     groups = frame.groupby(list(group_key), observed=True, sort=False, dropna=False)
-    stats = _group_statistics(groups, with_kernels=KERNEL_TIMES in frame.columns, with_reuse=INPUT_REUSE in frame.columns)
+    reuse_columns = [name for name in (INPUT_REUSE, INPUT_REUSE_SPREAD) if name in frame.columns]
+    stats = _group_statistics(groups, with_kernels=KERNEL_TIMES in frame.columns, reuse_columns=reuse_columns)
     _add_captured_cells(stats, groups, frame)
     first = groups[list(_FROM_FIRST_SAMPLE)].first()
     counter_means = groups[counters].mean() if counters else pd.DataFrame(index=stats.index)
@@ -169,9 +176,9 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     counts = stats["count"].to_numpy(dtype=np.int64)
     averages, medians = stats["average"].to_numpy(dtype=float), stats["median"].to_numpy(dtype=float)
     stds = stats["std"].to_numpy(dtype=float)
-    kernel_cells, reuse_cells, code_cells, quantile_cells, depth_cells = (
+    kernel_cells, reuse_cells, spread_cells, code_cells, quantile_cells, depth_cells = (
         stats[name].tolist() if name in stats.columns else [""] * len(stats)
-        for name in ("kernels", "reuse", "code_reuse", INPUT_QUANTILES, INPUT_DEPTHS)
+        for name in ("kernels", "reuse", "reuse_spread", "code_reuse", INPUT_QUANTILES, INPUT_DEPTHS)
     )
     for i, key in enumerate(stats.index):
         cells = dict(zip(group_key, (_text(v) for v in key)))
@@ -194,6 +201,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
                 },
                 kernels=str(kernel_cells[i]),
                 input_reuse=str(reuse_cells[i]),
+                input_reuse_spread=str(spread_cells[i]),
                 code_reuse=str(code_cells[i]),
                 input_quantiles=str(quantile_cells[i]),
                 selection_depths=str(depth_cells[i]),
@@ -212,7 +220,7 @@ def _add_captured_cells(stats: pd.DataFrame, groups: Any, frame: pd.DataFrame) -
             stats[name] = groups[name].agg(lambda samples, cell=cell: cell(list(samples)))
 
 
-def _group_statistics(groups: Any, with_kernels: bool, with_reuse: bool) -> pd.DataFrame:
+def _group_statistics(groups: Any, with_kernels: bool, reuse_columns: Sequence[str]) -> pd.DataFrame:
     """Count, mean, median and sample std of each group's durations, its first sample's position,
     and (for traces with device kernels) its kernel breakdown and inputs' reuse distances."""
     duration = groups[col.DURATION]
@@ -227,7 +235,9 @@ def _group_statistics(groups: Any, with_kernels: bool, with_reuse: bool) -> pd.D
     )
     if with_kernels:
         stats["kernels"] = groups[KERNEL_TIMES].agg(_mean_kernel_times)
-    if with_reuse:
+    if INPUT_REUSE_SPREAD in reuse_columns:
+        stats["reuse_spread"] = groups[INPUT_REUSE_SPREAD].agg(lambda samples: reuse_cell(list(samples)))
+    if INPUT_REUSE in reuse_columns:
         stats["reuse"] = groups[INPUT_REUSE].agg(lambda samples: reuse_cell(list(samples)))
         # the code's distance is a cell of one slot, with the same median and ``-``
         stats["code_reuse"] = groups[CODE_REUSE_BYTES].agg(lambda samples: reuse_cell([(d,) for d in samples]))

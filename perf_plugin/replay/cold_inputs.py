@@ -9,19 +9,28 @@ read from memory.  ``produced`` rewrites the first kind before every repeat and 
 evicted.  On an H100 the difference is ~0.3 us for a decode-sized element-wise kernel: one input
 read from memory costs the kernel a memory round trip that a cached one does not.
 
-The slots name shapes and dtypes, the replay's inputs are tensors: each cold slot claims the
-first not yet claimed tensor of its shape and dtype among the inputs.
+Where the row also says over how many bytes an input's bytes were last used (``Profiling Input
+Reuse Spread(B)``: they lie that far either side of its distance), the share of the input that
+range puts within the cache is cached and the rest is not: ``produced`` rewrites that share of
+it, its tail (a producer's last writes), and leaves the rest evicted.
+
+The slots name shapes and dtypes, the replay's inputs are tensors: each slot, in order, claims
+the first not yet claimed tensor of its shape and dtype among the inputs.
 """
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.reuse_cell import parse_reuse_cell
-from perf_plugin.database.schema import PROFILING_INPUT_REUSE
-from perf_plugin.replay.cache_modes import tensors_in
+from perf_plugin.database.schema import PROFILING_INPUT_REUSE, PROFILING_INPUT_REUSE_SPREAD
+from perf_plugin.replay.cache_modes import input_storages, tensors_in
+from perf_plugin.replay.placements import matching_tensors
 from perf_plugin.replay.tensors import KernelRow, TensorSpec
 
 
@@ -42,35 +51,92 @@ def has_reuse_evidence(row: KernelRow) -> bool:
     return bool(row.attrs.get(PROFILING_INPUT_REUSE, "").strip())
 
 
-def cold_slots(row: KernelRow, cache_bytes: int) -> list[TensorSpec]:
-    """The input slots the profiled kernel read from memory (none where the row has no evidence).
+def cached_shares(row: KernelRow, cache_bytes: int) -> tuple[float, ...]:
+    """Per input slot, the share of the input the profiled kernel found in the cache: 1 or 0 by
+    its distance, or between where its spread straddles ``CACHED_SHARE`` of the cache (a slot
+    without evidence: 1, as ``produced`` rewrites inputs without it); () where the row has none.
 
     Raises DatabaseError naming the column on a bad cell."""
+    distances = _cell(row, PROFILING_INPUT_REUSE)
+    spreads = _cell(row, PROFILING_INPUT_REUSE_SPREAD)
+    if len(spreads) != len(distances):  # an older row, or a cell of another layout: no ranges
+        spreads = (0.0,) * len(distances)
+    kept = cache_bytes * CACHED_SHARE
+    return tuple(_share_within(distance, spread, kept) for distance, spread in zip(distances, spreads))
+
+
+def _share_within(distance: float, spread: float, kept: float) -> float:
+    if math.isinf(distance):
+        return 0.0
+    if not 0 < spread < math.inf:
+        return 1.0 if distance < kept else 0.0
+    nearest = distance - spread
+    return min(1.0, max(0.0, (kept - nearest) / (2 * spread)))
+
+
+def _cell(row: KernelRow, column: str) -> tuple[float, ...]:
     try:
-        distances = parse_reuse_cell(row.attrs.get(PROFILING_INPUT_REUSE, ""))
+        return parse_reuse_cell(row.attrs.get(column, ""))
     except DatabaseError as exc:
-        raise exc.located(column=PROFILING_INPUT_REUSE) from None
-    return [
-        spec
-        for spec, distance in zip(row.inputs, distances)
-        if spec.present and distance >= cache_bytes * CACHED_SHARE
-    ]
+        raise exc.located(column=column) from None
 
 
-def cold_inputs(row: KernelRow, args: Sequence[Any], cache_bytes: int) -> tuple[Any, ...]:
-    """The tensors among ``args`` (what ``make_inputs`` built) of the row's cold slots."""
+def input_shares(row: KernelRow, args: Sequence[Any], cache_bytes: int) -> list[tuple[Any, float]]:
+    """The tensors among ``args`` (what ``make_inputs`` built) of the row's slots with evidence,
+    each with the share of it the model found cached (``cached_shares``)."""
     tensors = tensors_in(args)
     claimed: set[int] = set()
-    cold = []
-    for spec in cold_slots(row, cache_bytes):
+    shares = []
+    for spec, share in zip(row.inputs, cached_shares(row, cache_bytes)):
+        if not spec.present:
+            continue
         for index, tensor in enumerate(tensors):
             if index not in claimed and _matches(tensor, spec):
                 claimed.add(index)
-                cold.append(tensor)
+                shares.append((tensor, share))
                 break
-    return tuple(cold)
+    return shares
+
+
+def cold_inputs(row: KernelRow, args: Sequence[Any], cache_bytes: int) -> tuple[Any, ...]:
+    """The tensors among ``args`` of the row's slots the profiled kernel read from memory."""
+    return tuple(tensor for tensor, share in input_shares(row, args, cache_bytes) if share <= 0)
+
+
+@dataclass(frozen=True)
+class CacheSplit:
+    """What ``produced`` leaves out of its rewrite: ``uncached`` tensors wholly, and of each of
+    ``partial`` all but its last ``share`` of bytes."""
+
+    uncached: tuple[Any, ...] = ()
+    partial: tuple[tuple[Any, float], ...] = ()
+
+    @staticmethod
+    def of(row: KernelRow, args: Sequence[Any], cache_bytes: int, parameters: Sequence[Any]) -> "CacheSplit":
+        """The split of a row's inputs: the model's ``parameters`` and its cold inputs uncached,
+        the inputs it found partly cached partial."""
+        shares = input_shares(row, args, cache_bytes)
+        skipped = {id(tensor) for tensor in parameters}
+        cold = tuple(tensor for tensor, share in shares if share <= 0 and id(tensor) not in skipped)
+        partial = tuple((t, share) for t, share in shares if 0 < share < 1 and id(t) not in skipped)
+        return CacheSplit((*parameters, *cold), partial)
+
+    def rewritten(self, args: tuple[Any, ...]) -> list[Any]:
+        """The flat byte tensors ``produced`` rewrites: the storages of ``args`` but the uncached
+        and partial ones, and the tail of each partial one's storage."""
+        whole = input_storages(args, exclude=(*self.uncached, *(tensor for tensor, _ in self.partial)))
+        tails = []
+        for tensor, share in self.partial:
+            for storage in input_storages(tensor):
+                kept = int(storage.numel() * share)
+                tails += [storage[storage.numel() - kept:]] if kept else []
+        return whole + tails
+
+    def for_copy(self, args: tuple[Any, ...], copy: tuple[Any, ...]) -> "CacheSplit":
+        """The same split of ``copy``, a copy of ``args`` (``placements``)."""
+        partial = tuple((c, share) for t, share in self.partial for c in matching_tensors((t,), args, copy))
+        return CacheSplit(matching_tensors(self.uncached, args, copy), partial)
 
 
 def _matches(tensor: Any, spec: TensorSpec) -> bool:
     return tuple(tensor.shape) == tuple(spec.shape or ()) and tensor.dtype == spec.torch_dtype()
-

@@ -20,7 +20,6 @@ from perf_plugin.replay.cache_modes import (
     MAX_ROTATION_COPIES,
     cache_evict,
     cache_flush,
-    input_storages,
     produce_inputs,
     replicate_inputs,
     rotating,
@@ -30,12 +29,11 @@ from perf_plugin.replay.cache_modes import (
 )
 from perf_plugin.replay.code_eviction import CodeCache, code_cache_state, code_eviction, in_order
 from perf_plugin.replay.dirty_lines import dirty_bytes, dirty_lines
-from perf_plugin.replay.cold_inputs import cold_inputs, has_reuse_evidence
+from perf_plugin.replay.cold_inputs import CacheSplit, has_reuse_evidence
 from perf_plugin.replay.op_mapping import resolve_replay
 from perf_plugin.replay.placements import (
     DEFAULT_INPUT_PLACEMENTS,
     PlacementCycle,
-    matching_tensors,
     placed_copies,
     placement_count,
 )
@@ -157,15 +155,15 @@ class ReplayRunner:
         self,
         args: tuple[Any, ...],
         mode: str,
-        uncached: tuple[Any, ...] = (),
+        split: CacheSplit = CacheSplit(),
         code: CodeCache = CodeCache.MEMORY,
         fetch_code: "Callable[[], Any] | None" = None,
         dirty: int = 0,
     ) -> Any:
         """What runs outside the timed range before every repeat: the flush (cold mode), the
-        eviction (idle mode), or the eviction and a rewrite of the inputs ``args`` but the
-        ``uncached`` among them (produced mode: a model reads its weights, and inputs written
-        long before, from memory: ``_uncached_inputs``).  The kernels' code is left where the
+        eviction (idle mode), or the eviction and a rewrite of the inputs ``args`` as ``split``
+        says (produced mode: a model reads its weights, and inputs written long before, from
+        memory, and part of an input written over a long stretch: ``_cache_split``).  The kernels' code is left where the
         row's model found it (``_code_state``, ``code_eviction``): in memory, the instruction
         caches are evicted first, so that the data eviction leaves none of their lines dirty; in
         the last-level cache, ``fetch_code`` (the kernel on other inputs) runs after the data
@@ -181,7 +179,7 @@ class ReplayRunner:
             evict = in_order(evict, fetch_code, self._code_eviction())
         if mode == "produced":
             evict = in_order(evict, dirty_lines(self._buffer(), dirty))
-            return produce_inputs(evict, input_storages(args, exclude=uncached))
+            return produce_inputs(evict, split.rewritten(args))
         return evict
 
     def _code_state(self, case: "Case", mode: str) -> CodeCache:
@@ -232,42 +230,40 @@ class ReplayRunner:
         replay's inputs (a candidate), whose own code the step fetches where the row's is
         fetched."""
         assert case.row is not None
-        uncached = self._uncached_inputs(case, replay, args, mode)
+        split = self._cache_split(case, replay, args, mode)
         code = self._code_state(case, mode)
-        dirty = self._dirty_bytes(case, args, uncached, mode)
+        dirty = self._dirty_bytes(case, args, split, mode)
         fetch_inputs = self._fetch_inputs(replay, case.row, seed, code)
         fetch = None if fetch_inputs is None else _bind(*case_launcher(self.backend, replay, case.row, fetch_inputs))
 
         def steps_for(function: Callable[..., Any]) -> Any:
             fetch_own = None if fetch_inputs is None else _bind(function, fetch_inputs)
-            return self._before_repeat(args, mode, uncached, code, fetch_own, dirty)
+            return self._before_repeat(args, mode, split, code, fetch_own, dirty)
 
         if cycle is None:
-            return self._before_repeat(args, mode, uncached, code, fetch, dirty), steps_for
+            return self._before_repeat(args, mode, split, code, fetch, dirty), steps_for
         per_set = [
-            self._before_repeat(copy, mode, matching_tensors(uncached, args, copy), code, fetch, dirty)
-            for copy in cycle.input_sets
+            self._before_repeat(copy, mode, split.for_copy(args, copy), code, fetch, dirty) for copy in cycle.input_sets
         ]
         return cycle.steps(per_set), steps_for
 
-    def _dirty_bytes(self, case: "Case", args: tuple[Any, ...], uncached: tuple[Any, ...], mode: str) -> int:
+    def _dirty_bytes(self, case: "Case", args: tuple[Any, ...], split: CacheSplit, mode: str) -> int:
         """The bytes produced mode leaves dirty before the rewrite of the inputs (``dirty_lines``)."""
         assert case.row is not None
         if mode != "produced":
             return 0
-        rewritten = sum(storage.numel() for storage in input_storages(args, exclude=uncached))
+        rewritten = sum(storage.numel() for storage in split.rewritten(args))
         with bad_cells_fail(case):
             return dirty_bytes(case.row, self._last_level_cache(), rewritten)
 
-    def _uncached_inputs(self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str) -> tuple[Any, ...]:
-        """The inputs ``produced`` leaves out of the cache: the model's parameters, and those the
-        row's profile shows were read from memory (``cold_inputs``)."""
+    def _cache_split(self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str) -> CacheSplit:
+        """What ``produced`` leaves out of the cache: the model's parameters, the inputs the row's
+        profile shows were read from memory, and the part of others it shows was (``cold_inputs``)."""
         assert case.row is not None
         if mode != "produced":
-            return ()
+            return CacheSplit()
         with bad_cells_fail(case):
-            cold = cold_inputs(case.row, args, self._last_level_cache())
-        return (*replay.parameters(case.row, args), *cold)
+            return CacheSplit.of(case.row, args, self._last_level_cache(), replay.parameters(case.row, args))
 
     def _timed_call(self, function: Any, args: tuple[Any, ...], mode: str) -> Any:
         """The call the warm-up and repeats run: on the same inputs, on rotating copies (rotate),
