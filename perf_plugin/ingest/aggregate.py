@@ -150,6 +150,23 @@ def format_value(value: float | None) -> str:
     return format_number(float(value), DIGITS)
 
 
+def _identity(group_key: Sequence[str], key: Sequence[Any], first: Sequence[Any],
+              details: Sequence[str]) -> tuple[str, dict[str, str]]:
+    """A group's kernel type and identity cells: its key's, its first sample's, its detail cells."""
+    cells = dict(zip(group_key, (_text(v) for v in key)))
+    kernel_type = cells.pop(col.TYPE)
+    for j, name in enumerate(_FROM_FIRST_SAMPLE):
+        cells[name] = _text(first[j])
+    identity = {name: cells[name] for name in IDENTITY_COLUMNS}
+    identity.update({name: cells[name] for name in details if cells[name]})
+    return kernel_type, identity
+
+
+# The text fields of a row and the statistics' column each comes from.
+_TEXT_FIELDS = {"kernels": "kernels", "input_reuse": "reuse", "input_reuse_spread": "reuse_spread",
+                "code_reuse": "code_reuse", "input_quantiles": INPUT_QUANTILES, "selection_depths": INPUT_DEPTHS}
+
+
 def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     """Aggregate samples; rows come out grouped by kernel type, in order of first appearance.
 
@@ -176,17 +193,10 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     counts = stats["count"].to_numpy(dtype=np.int64)
     averages, medians = stats["average"].to_numpy(dtype=float), stats["median"].to_numpy(dtype=float)
     stds = stats["std"].to_numpy(dtype=float)
-    kernel_cells, reuse_cells, spread_cells, code_cells, quantile_cells, depth_cells = (
-        stats[name].tolist() if name in stats.columns else [""] * len(stats)
-        for name in ("kernels", "reuse", "reuse_spread", "code_reuse", INPUT_QUANTILES, INPUT_DEPTHS)
-    )
+    text_cells = {field: stats[name].tolist() if name in stats.columns else [""] * len(stats)
+                  for field, name in _TEXT_FIELDS.items()}
     for i, key in enumerate(stats.index):
-        cells = dict(zip(group_key, (_text(v) for v in key)))
-        kernel_type = cells.pop(col.TYPE)
-        for j, name in enumerate(_FROM_FIRST_SAMPLE):
-            cells[name] = _text(first_cells[i, j])
-        identity = {name: cells[name] for name in IDENTITY_COLUMNS}
-        identity.update({name: cells[name] for name in details if cells[name]})
+        kernel_type, identity = _identity(group_key, key, first_cells[i], details)
         means = means_table[i] if means_table is not None else ()
         rows.append(
             AggregatedRow(
@@ -199,12 +209,12 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
                 counters={
                     name: (None if math.isnan(means[j]) else float(means[j])) for j, name in enumerate(counters)
                 },
-                kernels=str(kernel_cells[i]),
-                input_reuse=str(reuse_cells[i]),
-                input_reuse_spread=str(spread_cells[i]),
-                code_reuse=str(code_cells[i]),
-                input_quantiles=str(quantile_cells[i]),
-                selection_depths=str(depth_cells[i]),
+                kernels=str(text_cells["kernels"][i]),
+                input_reuse=str(text_cells["input_reuse"][i]),
+                input_reuse_spread=str(text_cells["input_reuse_spread"][i]),
+                code_reuse=str(text_cells["code_reuse"][i]),
+                input_quantiles=str(text_cells["input_quantiles"][i]),
+                selection_depths=str(text_cells["selection_depths"][i]),
             )
         )
     # One CSV per kernel type: keep each type's rows together, types in order of first appearance.
