@@ -11,7 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from perf_plugin.ingest.aten_mapping import sanitise_operator_name  # noqa: E402
+from perf_plugin.ingest.aten_mapping import does_work, sanitise_operator_name  # noqa: E402
+from perf_plugin.trace.events import TraceOp  # noqa: E402
 from perf_plugin.ingest.pipeline import ingest_path  # noqa: E402
 from tests.kernels.support import replay_on_cpu  # noqa: E402
 
@@ -62,3 +63,12 @@ def test_concat_and_stack_are_the_cat_they_call(tmp_path: Path) -> None:
         ("ConcatD", '"512,1;512,1"', '"1024,1"'),
         ("ConcatD", '"512,1;512,1"', '"512,2"'),
     ]
+
+
+@pytest.mark.parametrize("name", ["aten::empty_like", "aten::new_empty", "aten::new_empty_strided"])
+def test_an_allocation_is_no_row(name: str) -> None:
+    """Its output holds whatever the memory held: a CPU trace of the DeepSeek-V3-style model of
+    ``benchmarks/model_coverage.py`` timed ``new_empty``, and its replay failed verification on
+    the garbage (relative error inf)."""
+    assert not does_work(TraceOp(name, (1, 1), 0, 10), [TraceOp("aten::empty", (1, 1), 1, 2)])
+    assert does_work(TraceOp("aten::new_zeros", (1, 1), 0, 10), [TraceOp("aten::zero_", (1, 1), 1, 2)])

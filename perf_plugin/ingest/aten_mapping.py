@@ -69,7 +69,7 @@ NO_WORK: frozenset[str] = frozenset(
         "unflatten", "t", "transpose", "permute", "expand", "expand_as", "slice", "select", "squeeze",
         "unsqueeze", "unbind", "split", "split_with_sizes", "chunk", "narrow", "movedim", "diagonal",
         "detach", "detach_", "lift_fresh", "resolve_conj", "resolve_neg", "conj", "_conj", "real", "imag",
-        "empty", "empty_like", "empty_strided", "size", "stride", "numel", "dim", "is_nonzero",
+        "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "size", "stride", "numel", "dim", "is_nonzero",
         "result_type", "to", "type_as", "contiguous", "set_", "record_stream", "_local_scalar_dense", "item",
         "numpy_T", "mT", "mH", "adjoint", "swapaxes", "swapdims", "moveaxis", "unfold", "view_as_real",
         "view_as_complex",
