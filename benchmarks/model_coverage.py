@@ -216,8 +216,12 @@ def router_inputs(model: Any, ids: Any) -> dict[str, tuple[Any, Any]]:
     top_k = model.config.num_experts_per_tok
 
     def chosen(out: Any) -> Any:
-        # transformers 5 routers return (logits, scores, indices); a plain linear gate, its logits
-        return out[-1].detach() if isinstance(out, tuple) else out.detach().topk(top_k, dim=-1).indices
+        # transformers 5 routers return (logits, scores, indices), others the indices elsewhere in
+        # a tuple; a plain linear gate, its logits
+        if isinstance(out, tuple):
+            indices = [t for t in out if isinstance(t, torch.Tensor) and not t.is_floating_point()]
+            return indices[-1].detach() if indices else out[0].detach().topk(top_k, dim=-1).indices
+        return out.detach().topk(top_k, dim=-1).indices
 
     hooks = [
         module.register_forward_hook(
@@ -229,7 +233,7 @@ def router_inputs(model: Any, ids: Any) -> dict[str, tuple[Any, Any]]:
     ]
     try:
         with torch.no_grad():
-            model(input_ids=ids)
+            model(input_ids=ids, use_cache=False)
     finally:
         for hook in hooks:
             hook.remove()
@@ -246,6 +250,9 @@ def balance_routing(model: Any, ids: Any) -> None:
     import torch
 
     for name, module in router_modules(model):
+        if not isinstance(getattr(module, "weight", None), torch.Tensor):  # a router of its own make (JetMoE's)
+            print(f"  {name}: a router without a weight matrix, left as it routes")
+            continue
         x, _ = router_inputs(model, ids)[name]
         _, singular, vh = torch.linalg.svd(x, full_matrices=False)
         keep = singular > singular[0] * 1e-4
@@ -346,6 +353,11 @@ def architecture_config(model_type: str, tiny: bool) -> Any:
                     setattr(config, name, value)
                 except AttributeError:  # derived from others (Falcon's head_dim)
                     pass
+        experts = expert_count(config)
+        if experts and (getattr(config, "num_experts_per_tok", None) or 0) > experts:  # Qwen3-Next: 10 of 512
+            config.num_experts_per_tok = 2
+        if getattr(config, "kv_lora_rank", None):  # MLA (DeepSeek-V2): a key and value per query head
+            config.num_key_value_heads = config.num_attention_heads
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):  # within the smaller vocabulary
             if isinstance(getattr(config, name, None), int) and getattr(config, name) >= config.vocab_size:
                 setattr(config, name, None)
@@ -369,27 +381,42 @@ def expert_count(config: Any) -> int:
 
 def build_model(name: str, layers: int, device: str, tiny: bool, tokens: int) -> Any:
     import torch
-    from transformers import AutoModelForCausalLM
 
     config = model_config(name, tiny)
     config.num_hidden_layers = layers
+    if getattr(config, "num_key_value_heads", 0) is None:  # a configuration's default left open (Nemotron)
+        config.num_key_value_heads = config.num_attention_heads
     config._attn_implementation = "sdpa"
     if expert_count(config):
         config._experts_implementation = "grouped_mm"
     torch.manual_seed(0)
     with torch.device(device):  # initialised where it runs: random weights of billions of parameters
-        try:
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
-        except ValueError as error:  # an architecture without SDPA (GPT-OSS's attention sinks) runs its own
-            if "scaled_dot_product_attention" not in str(error):
-                raise
-            config._attn_implementation = "eager"
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+        model = _from_config(config)
     if name == "llama-fp8":
         to_fp8_linears(model)
     if expert_count(config):
         balance_routing(model, prefill_ids(model, device, tokens))
     return model
+
+
+def _from_config(config: Any) -> Any:
+    """The model of ``config`` in bf16, with SDPA and grouped-GEMM experts where the architecture
+    takes them: an architecture without SDPA (GPT-OSS's attention sinks) runs its own attention,
+    one whose experts take no other implementation (JetMoE) its own experts."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    for _ in range(3):
+        try:
+            return AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+        except ValueError as error:
+            if "scaled_dot_product_attention" in str(error):
+                config._attn_implementation = "eager"
+            elif "experts implementation" in str(error):
+                config._experts_implementation = None
+            else:
+                raise
+    return AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
 
 
 # ----------------------------------------------------------------------------- profile and ingest
@@ -403,15 +430,13 @@ def prefill_ids(model: Any, device: str, tokens: int) -> Any:
 
 def run_steps(model: Any, device: str, tokens: int, decode_steps: int) -> None:
     import torch
-    from transformers import DynamicCache
 
     ids = prefill_ids(model, device, tokens)
-    cache = DynamicCache()
-    with torch.no_grad():
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+    with torch.no_grad():  # the cache the model makes for itself (MiniMax's is of its own kind)
+        out = model(input_ids=ids, use_cache=True)
         token = out.logits[:, -1:].argmax(-1)
         for _ in range(decode_steps):
-            out = model(input_ids=token, past_key_values=cache, use_cache=True)
+            out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
             token = out.logits[:, -1:].argmax(-1)
 
 
