@@ -430,10 +430,16 @@ def prefill_ids(model: Any, device: str, tokens: int) -> Any:
 
 def run_steps(model: Any, device: str, tokens: int, decode_steps: int) -> None:
     import torch
+    from transformers import DynamicCache
 
     ids = prefill_ids(model, device, tokens)
-    with torch.no_grad():  # the cache the model makes for itself (MiniMax's is of its own kind)
-        out = model(input_ids=ids, use_cache=True)
+    with torch.no_grad():
+        try:
+            out = model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
+        except ValueError as error:  # a model with a cache of its own kind (MiniMax) makes it
+            if "cache" not in str(error).lower():
+                raise
+            out = model(input_ids=ids, use_cache=True)
         token = out.logits[:, -1:].argmax(-1)
         for _ in range(decode_steps):
             out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
