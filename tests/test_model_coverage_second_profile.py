@@ -1,0 +1,78 @@
+"""``benchmarks/model_coverage.py --second-process``: the replayed rows of one profile judged
+against another profile's in-model durations, rows matched by their identity cells as the
+database CSV spells them and as ingest gives them."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "tests" / "fixtures" / "cuda" / "indexing_trace.json"
+
+
+@pytest.fixture(scope="module")
+def model_coverage() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("model_coverage", ROOT / "benchmarks" / "model_coverage.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model_coverage"] = module  # its dataclasses resolve their module's names
+    spec.loader.exec_module(module)
+    return module
+
+
+def _replayed(db: Path, factor: float) -> None:
+    """Every row of ``db`` written back as if replayed at ``factor`` times its in-model duration."""
+    for path in db.glob("*.csv"):
+        with path.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        header = list(rows[0]) + ["Average Duration(us)"]
+        for row in rows:
+            row["Average Duration(us)"] = f"{float(row['Profiling Average Duration(us)']) * factor:.6f}"
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def _outcomes(module: ModuleType, db: Path) -> list[object]:
+    """The database's rows as ``collect_rows`` reads them, every one counted as passed."""
+    rows = module.collect_rows(db)
+    for row in rows:
+        with (db / f"{row.kernel_type}.csv").open(newline="") as handle:
+            cells = list(csv.DictReader(handle))[row.line - 2]
+        row.replayed_us = float(cells["Average Duration(us)"])
+    return rows
+
+
+@pytest.mark.parametrize(("factor", "within"), [(1.05, 1.0), (1.2, 0.0)])
+def test_every_row_of_a_profile_matches_itself_in_another_ingest(
+    model_coverage: ModuleType, tmp_path: Path, factor: float, within: float
+) -> None:
+    from perf_plugin.ingest.pipeline import ingest_path
+
+    db = tmp_path / "db"
+    ingest_path(TRACE, db)
+    _replayed(db, factor)
+    rows = _outcomes(model_coverage, db)
+    judged = model_coverage.against_profile(rows, model_coverage.profiled_rows(TRACE))
+    assert judged["rows_matched"] == judged["rows_replayed"] == len(rows) > 10
+    assert judged["rows_within"] == within and judged["time_within"] == within
+
+
+def test_a_row_the_other_profile_lacks_is_not_matched(model_coverage: ModuleType, tmp_path: Path) -> None:
+    from perf_plugin.ingest.pipeline import ingest_path
+
+    db = tmp_path / "db"
+    ingest_path(TRACE, db)
+    _replayed(db, 1.0)
+    rows = _outcomes(model_coverage, db)
+    other = model_coverage.profiled_rows(TRACE)
+    dropped = rows[0].key
+    judged = model_coverage.against_profile(rows, {key: value for key, value in other.items() if key != dropped})
+    assert judged["rows_matched"] == len(rows) - 1 and judged["rows_within"] == 1.0
