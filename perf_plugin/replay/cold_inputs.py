@@ -21,7 +21,6 @@ the first not yet claimed tensor of its shape and dtype among the inputs.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,9 +51,9 @@ def has_reuse_evidence(row: KernelRow) -> bool:
 
 
 def cached_shares(row: KernelRow, cache_bytes: int) -> tuple[float, ...]:
-    """Per input slot, the share of the input the profiled kernel found in the cache: 1 or 0 by
-    its distance, or between where its spread straddles ``CACHED_SHARE`` of the cache (a slot
-    without evidence: 1, as ``produced`` rewrites inputs without it); () where the row has none.
+    """Per input slot of the row's cell, the share of the input the profiled kernel found in the
+    cache: 1 or 0 by its distance (0 for an input no kernel of the trace wrote), or between where
+    its spread straddles ``CACHED_SHARE`` of the cache; () where the row has no cell.
 
     Raises DatabaseError naming the column on a bad cell."""
     distances = _cell(row, PROFILING_INPUT_REUSE)
