@@ -534,21 +534,22 @@ def collect_rows(db: Path) -> list[RowOutcome]:
 
 def row_key(kernel_type: str, cells: Mapping[str, str]) -> tuple[str, ...]:
     """A row's kernel type and identity cells, spelled alike in an ingest's rows and a CSV's."""
-    from perf_plugin.database.schema import DETAIL_COLUMNS, SIGNATURE_COLUMNS
-    from perf_plugin.database.shapes import strip_embedded_quotes
+    from perf_plugin.ingest.merge import cells_key
 
-    columns = (*SIGNATURE_COLUMNS, *DETAIL_COLUMNS)
-    return (kernel_type, *(strip_embedded_quotes(cells.get(c) or "").replace(" ", "") for c in columns))
+    return (kernel_type, *cells_key(cells))
 
 
-def profiled_rows(trace: Path) -> dict[tuple[str, ...], tuple[float, int]]:
+Rows = dict[tuple[str, ...], tuple[float, int]]
+
+
+def profiled_rows(trace: Path) -> Rows:
     """``row_key`` -> (in-model average, calls) of a trace's ingested rows."""
     from perf_plugin.ingest.pipeline import ingest_path
 
     return {row_key(r.kernel_type, r.cells): (r.average, r.count) for r in ingest_path(trace, None).rows}
 
 
-def against_profile(rows: list[RowOutcome], other: dict[tuple[str, ...], tuple[float, int]]) -> dict[str, Any]:
+def against_profile(rows: list[RowOutcome], other: Rows) -> dict[str, Any]:
     """The replayed rows judged against another profile's in-model durations: the share of the
     matched rows, and of their time in that profile, whose replay is within ``BAND`` of it."""
     matched = [(row.replayed_us, other[row.key]) for row in rows if row.replayed_us is not None and row.key in other]
@@ -574,26 +575,27 @@ def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
     profile_model(model, args.device, args.tokens, args.decode_steps, trace, not args.no_capture)
     if args.profile_only:
         return []
-    spread = None
+    spread: dict[str, Any] | None = None
+    first = profiled_rows(trace) if args.reference_spread or args.second_process else {}
     if args.reference_spread:
         second = out / "trace_second.json"
         profile_model(model, args.device, args.tokens, args.decode_steps, second, not args.no_capture)
-        spread = reference_spread(trace, second, out)
+        spread = reference_spread(first, profiled_rows(second), out)
         moved = out / "trace_replaced.json"
         pad = replace_parameters(model)  # held while profiling: activations land elsewhere too
         profile_model(model, args.device, args.tokens, args.decode_steps, moved, not args.no_capture)
         del pad
-        spread["replaced"] = reference_spread(trace, moved, out, "reference_spread_replaced.json")
+        spread["replaced"] = reference_spread(first, profiled_rows(moved), out, "reference_spread_replaced.json")
     del model
     release_device_memory(args.device)
-    second = profile_in_new_process(name, args, out) if args.second_process else None
-    if second is not None:
-        spread = dict(spread or {}, process=reference_spread(trace, second, out, "reference_spread_process.json"))
+    other = profiled_rows(profile_in_new_process(name, args, out)) if args.second_process else None
+    if other is not None:
+        spread = dict(spread or {}, process=reference_spread(first, other, out, "reference_spread_process.json"))
     reports = replay_trace(name, trace, out, args)
     for report in reports:
         report.reference_spread = spread
-        if second is not None:
-            report.against_second = against_profile(report.rows, profiled_rows(second))
+        if other is not None:
+            report.against_second = against_profile(report.rows, other)
     return reports
 
 
@@ -638,22 +640,15 @@ def replace_parameters(model: Any) -> Any:
     return pad
 
 
-def reference_spread(first: Path, second: Path, out: Path, name: str = "reference_spread.json") -> dict[str, Any]:
-    """Two profiles of the same steps, ingested: the share of the first's rows (and of its time)
-    whose duration in the second is within ``BAND`` of the first."""
-    from perf_plugin.ingest.pipeline import ingest_path
-
-    def keyed(trace: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], tuple[float, int]]:
-        rows = ingest_path(trace, None).rows
-        return {(r.kernel_type, tuple(sorted(r.cells.items()))): (r.average, r.count) for r in rows}
-
-    a, b = keyed(first), keyed(second)
-    shared = [(a[key], b[key][0]) for key in a if key in b and a[key][0] > 0]
+def reference_spread(first: Rows, second: Rows, out: Path, name: str = "reference_spread.json") -> dict[str, Any]:
+    """Two profiles of the same steps (``profiled_rows``): the share of the first's rows (and of
+    its time) whose duration in the second is within ``BAND`` of the first."""
+    shared = [(first[key], second[key][0]) for key in first if key in second and first[key][0] > 0]
     inside = [(avg, count) for (avg, count), other in shared if BAND[0] <= other / avg <= BAND[1]]
     total = sum(avg * count for (avg, count), _ in shared) or 1.0
     result = {
         "rows_matched": len(shared),
-        "rows_first": len(a),
+        "rows_first": len(first),
         "rows_within": len(inside) / len(shared) if shared else 0.0,
         "time_within": sum(avg * count for avg, count in inside) / total,
     }

@@ -130,15 +130,13 @@ class _Outputs:
         self.by_count: dict[tuple[str, int], list[_Written]] = {}
         self.recent: deque[_Written] = deque(maxlen=_KEPT_FOR_VIEWS)
         self.serial = 0
-        self.read_at: dict[int, float] = {}  # serial -> bytes moved when a kernel last read it
-        self.read_spread: dict[int, float] = {}  # serial -> half the bytes that read was spread over
+        # serial -> (bytes moved halfway through a kernel's last read of it, half that read's bytes)
+        self.read_at: dict[int, tuple[float, float]] = {}
         self.converted: dict[str, set[int]] = {}  # dtype -> the serials a Cast has converted to it
 
-    def last_access(self, written: _Written) -> float:
-        return self.read_at.get(written.serial, written.moved_at_write)
-
-    def last_spread(self, written: _Written) -> float:
-        return self.read_spread.get(written.serial, written.spread)
+    def last_use(self, written: _Written) -> tuple[float, float]:
+        """Bytes moved at its last use (write or read), on average over its bytes, and half the range."""
+        return self.read_at.get(written.serial, (written.moved_at_write, written.spread))
 
     def add(self, slot: Slot, at: tuple[float, float], producer: int, released_ns: int | None, now: int | None) -> None:
         """An output written at ``at`` (bytes moved then, and the half-range of its bytes' writes)."""
@@ -222,8 +220,8 @@ def reuse_distances_and_spreads(
             if chosen is None and op.kernel_type in CONCATENATIONS:
                 chosen = _passed_again(slot, view, taken)
             if chosen is not None:
-                per_slot[position] = moved - outputs.last_access(chosen)
-                spread[position] = outputs.last_spread(chosen)
+                used_at, spread[position] = outputs.last_use(chosen)
+                per_slot[position] = moved - used_at
             read_now += [chosen] if chosen is not None and sole else []
             taken += [chosen] if chosen is not None else []
         distances.append(tuple(per_slot))
@@ -233,8 +231,7 @@ def reuse_distances_and_spreads(
         # be counts, since a wrong pairing refreshed by every read would keep a tensor long
         # evicted (a layer's key cache read as its value cache) in the cache
         for written in read_now:
-            outputs.read_at[written.serial] = moved + read / 2
-            outputs.read_spread[written.serial] = read / 2
+            outputs.read_at[written.serial] = (moved + read / 2, read / 2)
         ends = released[index] if released is not None else ()
         after = reads_after_write(op)
         written_at = (moved + read - after, after)

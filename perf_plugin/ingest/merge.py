@@ -203,7 +203,8 @@ def _styled(cells: dict[str, str], style: QuoteStyle) -> dict[str, str]:
     return styled
 
 
-def _cells_key(cells: dict[str, str]) -> tuple[str, ...]:
+def cells_key(cells: Mapping[str, str]) -> tuple[str, ...]:
+    """A row's signature and detail cells, spelled alike however the file quotes and spaces them."""
     columns = (*SIGNATURE_COLUMNS, *DETAIL_COLUMNS)
     return tuple(strip_embedded_quotes(cells.get(c, "")).replace(" ", "") for c in columns)
 
@@ -223,14 +224,14 @@ class _RowIndex:
 
     def add(self, index: int, cells: dict[str, str]) -> None:
         self.by_signature[signature_of(self.kernel_type, cells)].append(index)
-        self.keys[index] = _cells_key(cells)
+        self.keys[index] = cells_key(cells)
 
     def claim(self, cells: dict[str, str]) -> int | None:
         signature = signature_of(self.kernel_type, cells)
         candidates = [i for i in self.by_signature.get(signature, []) if i not in self.claimed]
         if not candidates:
             return None
-        key = _cells_key(cells)
+        key = cells_key(cells)
         exact = [i for i in candidates if self.keys[i] == key]
         chosen = (exact or candidates)[0]
         self.claimed.add(chosen)

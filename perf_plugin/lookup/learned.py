@@ -65,7 +65,7 @@ def features(series: Series, key: tuple[float, ...], axis: int, at: float, low: 
     deviation for the span (``deviations``, ``_deviations``), the series alike to ``key`` under each
     rule (``alike``, ``_alike``)."""
     own = series[key]
-    share = (math.log(at) - math.log(low)) / (math.log(high) - math.log(low))
+    share = _share(at, low, high)
     line = own[low].value + share * (own[high].value - own[low].value)
     if deviations is None:
         deviations = _deviations(series, at, low, high)
@@ -83,11 +83,19 @@ def _alike(series: Series, key: tuple[float, ...], rules: Sequence[Similar]) -> 
     return [frozenset(other for other in series if other != key and rule(key, other)) for rule in rules]
 
 
+def _share(at: float, low: float, high: float) -> float:
+    """Where ``at`` lies between ``low`` and ``high`` on the log axis (0 to 1)."""
+    return (math.log(at) - math.log(low)) / (math.log(high) - math.log(low))
+
+
+def _off_line(along: dict[float, Point], at: float, low: float, high: float) -> float:
+    """How far a series lies at ``at`` off its line between ``low`` and ``high``."""
+    return along[at].value - (along[low].value + _share(at, low, high) * (along[high].value - along[low].value))
+
+
 def _deviations(series: Series, at: float, low: float, high: float) -> dict[tuple[float, ...], float]:
-    """Every series measured at all three values: how far it lies at ``at`` off its line between
-    ``low`` and ``high``."""
-    share = (math.log(at) - math.log(low)) / (math.log(high) - math.log(low))
-    return {other: along[at].value - (along[low].value + share * (along[high].value - along[low].value))
+    """Every series measured at all three values: how far it lies at ``at`` off its line."""
+    return {other: _off_line(along, at, low, high)
             for other, along in series.items() if at in along and low in along and high in along}
 
 
@@ -112,8 +120,7 @@ def training_set(series: Series, axis: int, rules: Sequence[Similar]) -> tuple[l
                 if (low, at, high) not in spans:
                     spans[low, at, high] = _deviations(series, at, low, high)
                 rows.append(features(series, key, axis, at, low, high, rules, spans[low, at, high], alike))
-                share = (math.log(at) - math.log(low)) / (math.log(high) - math.log(low))
-                targets.append(own[at].value - (own[low].value + share * (own[high].value - own[low].value)))
+                targets.append(_off_line(own, at, low, high))
     return rows, targets, points
 
 
