@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.histogram_cell import histogram_text, parse_histogram
 
 Histogram = Mapping[int, int]
 
@@ -26,7 +27,7 @@ def depths_cell(samples: Sequence[Mapping[int, Histogram]]) -> str:
         pooled: Counter[int] = Counter()
         for sample in samples:
             pooled.update(sample.get(slot, {}))
-        cells.append(",".join(f"{depth}:{rows}" for depth, rows in sorted(pooled.items()) if rows > 0))
+        cells.append(histogram_text(pooled))
     return ";".join(cells) if any(cells) else ""
 
 
@@ -43,11 +44,7 @@ def parse_depths_cell(cell: str) -> tuple[dict[int, int] | None, ...]:
             slots.append(None)
             continue
         try:
-            pairs = [tuple(int(part) for part in pair.split(":")) for pair in text.split(",")]
-        except ValueError:
-            pairs = []
-        histogram = {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
-        if not pairs or len(histogram) != len(pairs) or any(d < 0 or n < 1 for d, n in histogram.items()):
-            raise DatabaseError(f"slot {slot}: {text.strip()!r} is not depth:rows pairs (each depth once, rows > 0)")
-        slots.append(histogram)
+            slots.append(parse_histogram(text, "depth", "rows"))
+        except DatabaseError as exc:
+            raise DatabaseError(f"slot {slot}: {exc.reason}") from None
     return tuple(slots)
