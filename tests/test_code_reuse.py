@@ -16,7 +16,7 @@ from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.schema import CODE_REUSE_CAP, PROFILING_CODE_REUSE, PROFILING_COUNT, PROFILING_INPUT_REUSE
 from perf_plugin.ingest.code_reuse import code_reuse_bytes, code_reuse_distances
 from perf_plugin.ingest.pipeline import ingest_path
-from perf_plugin.replay.code_eviction import CODE_CACHED_KERNELS, CODE_REUSE_COLUMN, CodeCache, code_states
+from perf_plugin.replay.code_eviction import CODE_CACHED_KERNELS, CODE_REUSE_COLUMN, CodeCache, code_cache_state
 from perf_plugin.trace.mapped import MappedOp, Slot
 from perf_plugin.replay.tensors import KernelRow, kernel_row_from_cells
 from perf_plugin.results import CaseRef
@@ -130,7 +130,7 @@ def _row(cell: str, moved: str = "") -> KernelRow:
 @pytest.mark.parametrize(("cell", "cached"), [("", False), ("2.5", True), (str(CODE_CACHED_KERNELS), True),
                                               ("6.5", False), ("64", False)])
 def test_a_row_keeps_its_code_cached_when_its_model_ran_few_kernels_in_between(cell: str, cached: bool) -> None:
-    assert code_states(_row(cell), 4096).cached_share == (1.0 if cached else 0.0)  # a row without the histogram
+    assert (code_cache_state(_row(cell), 4096) is CodeCache.INSTRUCTION) is cached
 
 
 @pytest.mark.parametrize(("cell", "moved", "state"), [
@@ -143,7 +143,7 @@ def test_a_row_keeps_its_code_cached_when_its_model_ran_few_kernels_in_between(c
 ])
 def test_a_row_finds_its_code_in_the_last_level_cache_when_little_data_moved_in_between(
         cell: str, moved: str, state: CodeCache) -> None:
-    assert code_states(_row(cell, moved), 4096).uncached is state
+    assert code_cache_state(_row(cell, moved), 4096) is state
 
 
 def _op(numel: int) -> MappedOp:
@@ -248,10 +248,10 @@ def test_a_bad_code_reuse_cell_fails_the_case_naming_file_row_and_column() -> No
 
 def test_a_bad_cell_read_directly_is_a_database_error_naming_the_column() -> None:
     with pytest.raises(DatabaseError) as error:
-        code_states(_row("often"), 4096)
+        code_cache_state(_row("often"), 4096)
     assert error.value.column == CODE_REUSE_COLUMN
     with pytest.raises(DatabaseError) as error:
-        code_states(_row("30", "far"), 4096)
+        code_cache_state(_row("30", "far"), 4096)
     assert error.value.column == PROFILING_CODE_REUSE
 
 

@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.histogram_cell import histogram_text, parse_histogram
 
 Histogram = Mapping[int, int]
 
@@ -27,7 +26,7 @@ def depths_cell(samples: Sequence[Mapping[int, Histogram]]) -> str:
         pooled: Counter[int] = Counter()
         for sample in samples:
             pooled.update(sample.get(slot, {}))
-        cells.append(histogram_text(pooled))
+        cells.append(",".join(f"{depth}:{rows}" for depth, rows in sorted(pooled.items()) if rows > 0))
     return ";".join(cells) if any(cells) else ""
 
 
@@ -44,7 +43,11 @@ def parse_depths_cell(cell: str) -> tuple[dict[int, int] | None, ...]:
             slots.append(None)
             continue
         try:
-            slots.append(parse_histogram(text, "depth", "rows"))
-        except DatabaseError as exc:
-            raise DatabaseError(f"slot {slot}: {exc.reason}") from None
+            pairs = [tuple(int(part) for part in pair.split(":")) for pair in text.split(",")]
+        except ValueError:
+            pairs = []
+        histogram = {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
+        if not pairs or len(histogram) != len(pairs) or any(d < 0 or n < 1 for d, n in histogram.items()):
+            raise DatabaseError(f"slot {slot}: {text.strip()!r} is not depth:rows pairs (each depth once, rows > 0)")
+        slots.append(histogram)
     return tuple(slots)

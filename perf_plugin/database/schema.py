@@ -102,12 +102,6 @@ RECENT_WRITE_SHARE = "Recent Write Share"
 # last-level cache where this is below the share of it a working set survives in
 # (perf_plugin.replay.code_eviction).
 PROFILING_CODE_REUSE = "Profiling Code Reuse Distance(B)"
-# The row's calls by code reuse distance (the CODE_REUSE counter, per call): ``distance:calls``
-# pairs (perf_plugin.database.histogram_cell).  A row whose calls found their code in the
-# instruction caches some of the time and not the rest (rotary embedding's first ``mul`` of a
-# layer after a GEMM, its next three a kernel or two apart) replays that share of its repeats
-# with the code cached (perf_plugin.replay.code_eviction).
-PROFILING_CODE_REUSE_DISTANCES = "Profiling Code Reuse Distances(kernels)"
 
 # Microbench columns written back by a replay run.
 MICROBENCH_AVERAGE = "Average Duration(us)"

@@ -39,7 +39,6 @@ below what was measured without printing binary rounding noise.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,16 +48,13 @@ import pandas as pd
 
 from perf_plugin.database.kernel_breakdown import format_breakdown
 from perf_plugin.database.depths_cell import depths_cell
-from perf_plugin.database.histogram_cell import histogram_text
 from perf_plugin.database.quantiles_cell import quantiles_cell
 from perf_plugin.database.reuse_cell import reuse_cell
 from perf_plugin.database.schema import (
-    CODE_REUSE,
     DETAIL_COLUMNS,
     IDENTITY_COLUMNS,
     PROFILING_AVERAGE,
     PROFILING_CODE_REUSE,
-    PROFILING_CODE_REUSE_DISTANCES,
     PROFILING_COUNT,
     PROFILING_INPUT_QUANTILES,
     PROFILING_INPUT_REUSE,
@@ -117,7 +113,6 @@ class AggregatedRow:
     input_reuse: str = ""  # the Profiling Input Reuse Distance(B) cell ("" when not known)
     input_reuse_spread: str = ""  # the Profiling Input Reuse Spread(B) cell (likewise)
     code_reuse: str = ""  # the Profiling Code Reuse Distance(B) cell ("" when not known)
-    code_distances: str = ""  # the Profiling Code Reuse Distances(kernels) cell (likewise)
     input_quantiles: str = ""  # the Profiling Input Quantiles cell ("" when no call recorded them)
     selection_depths: str = ""  # the Profiling Selection Depths cell (likewise)
     # Columns added at the end from beside the profile (the FIA bundle check's ``Runtime ...``
@@ -142,8 +137,6 @@ class AggregatedRow:
             values[PROFILING_INPUT_REUSE_SPREAD] = self.input_reuse_spread
         if self.code_reuse:
             values[PROFILING_CODE_REUSE] = self.code_reuse
-        if self.code_distances:
-            values[PROFILING_CODE_REUSE_DISTANCES] = self.code_distances
         if self.input_quantiles:
             values[PROFILING_INPUT_QUANTILES] = self.input_quantiles
         if self.selection_depths:
@@ -171,7 +164,7 @@ def _identity(group_key: Sequence[str], key: Sequence[Any], first: Sequence[Any]
 
 # The text fields of a row and the statistics' column each comes from.
 _TEXT_FIELDS = {"kernels": "kernels", "input_reuse": "reuse", "input_reuse_spread": "reuse_spread",
-                "code_reuse": "code_reuse", "code_distances": "code_distances", "input_quantiles": INPUT_QUANTILES, "selection_depths": INPUT_DEPTHS}
+                "code_reuse": "code_reuse", "input_quantiles": INPUT_QUANTILES, "selection_depths": INPUT_DEPTHS}
 
 
 def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
@@ -220,7 +213,6 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
                 input_reuse=str(text_cells["input_reuse"][i]),
                 input_reuse_spread=str(text_cells["input_reuse_spread"][i]),
                 code_reuse=str(text_cells["code_reuse"][i]),
-                code_distances=str(text_cells["code_distances"][i]),
                 input_quantiles=str(text_cells["input_quantiles"][i]),
                 selection_depths=str(text_cells["selection_depths"][i]),
             )
@@ -259,13 +251,7 @@ def _group_statistics(groups: Any, with_kernels: bool, reuse_columns: Sequence[s
         stats["reuse"] = groups[INPUT_REUSE].agg(lambda samples: reuse_cell(list(samples)))
         # the code's distance is a cell of one slot, with the same median and ``-``
         stats["code_reuse"] = groups[CODE_REUSE_BYTES].agg(lambda samples: reuse_cell([(d,) for d in samples]))
-        stats["code_distances"] = groups[CODE_REUSE].agg(_distances_cell)
     return stats
-
-
-def _distances_cell(samples: pd.Series) -> str:
-    """The histogram cell of a group's calls' code reuse distances (calls without one left out)."""
-    return histogram_text(Counter(int(distance) for distance in samples if not math.isnan(distance)))
 
 
 def _mean_kernel_times(samples: pd.Series) -> str:

@@ -44,7 +44,6 @@ from perf_plugin.database.schema import (
     INPUT_STRIDES,
     MICROBENCH_AVERAGE,
     PROFILING_CODE_REUSE,
-    PROFILING_CODE_REUSE_DISTANCES,
     PROFILING_COUNT,
     PROFILING_COUNTER_PREFIX,
     PROFILING_DURATION_COLUMNS,
@@ -118,7 +117,6 @@ _OPTIONAL_AFTER_COUNT: tuple[tuple[str, Callable[[AggregatedRow], str]], ...] = 
     (PROFILING_INPUT_QUANTILES, lambda row: row.input_quantiles),
     (PROFILING_SELECTION_DEPTHS, lambda row: row.selection_depths),
     (PROFILING_INPUT_REUSE_SPREAD, lambda row: row.input_reuse_spread),
-    (PROFILING_CODE_REUSE_DISTANCES, lambda row: row.code_distances),
 )
 
 

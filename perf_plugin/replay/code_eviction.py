@@ -17,13 +17,8 @@ Not every kernel of a model finds its code evicted: rotary embedding runs its ``
 ``cat`` for the queries and, a few kernels later, for the keys.  Ingest records how many distinct
 kernels ran since a row's kernels last did (``Profiling Average Code Reuse Distance(kernels)``,
 ``perf_plugin.ingest.code_reuse``), and a row whose model ran at most ``CODE_CACHED_KERNELS``
-in between keeps its code cached in the replay (``code_states``).  Without that, the keys'
-rotary ``mul`` of the H100 Llama model replayed at 1.14-1.16x its in-model duration.  One row
-holds calls of both kinds: a layer's first rotary ``mul`` runs after the projections' GEMMs, its
-next three a kernel or two after the one before.  Where the row has its calls' histogram
-(``Profiling Code Reuse Distances(kernels)``), the replay keeps the code cached on that share of
-its repeats, spread evenly, and evicts it on the others (``interleaved``); a row without it
-replays the one state its average distance gives.
+in between keeps its code cached in the replay (``code_cache_state``).  Without that, the keys'
+rotary ``mul`` of the H100 Llama model replayed at 1.14-1.16x its in-model duration.
 
 Between the two lies a third state: code gone from the instruction caches but still in the
 last-level cache, fetched through it like data, where the model moved fewer bytes since the
@@ -45,22 +40,13 @@ them for a row's.
 from __future__ import annotations
 
 import functools
-import itertools
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.histogram_cell import parse_histogram
 from perf_plugin.database.reuse_cell import parse_reuse_cell
-from perf_plugin.database.schema import (
-    CODE_REUSE,
-    PROFILING_CODE_REUSE,
-    PROFILING_CODE_REUSE_DISTANCES,
-    PROFILING_COUNTER_PREFIX,
-)
+from perf_plugin.database.schema import CODE_REUSE, PROFILING_CODE_REUSE, PROFILING_COUNTER_PREFIX
 
 if TYPE_CHECKING:
     import torch
@@ -118,57 +104,25 @@ class CodeCache(Enum):
     MEMORY = "memory"  # or no evidence
 
 
-@dataclass(frozen=True)
-class CodeStates:
-    """Where a row's calls found their kernels' code in the profiled model: the share of them in
-    the instruction caches, and where the others found it (``LAST_LEVEL`` or ``MEMORY``)."""
-
-    cached_share: float
-    otherwise: CodeCache
-
-    @property
-    def uncached(self) -> CodeCache:
-        """Where the repeats that do not find the code in the instruction caches find it
-        (``INSTRUCTION``: every repeat finds it there)."""
-        return self.otherwise if self.cached_share < 1 else CodeCache.INSTRUCTION
-
-
-def code_states(row: "KernelRow", cache_bytes: int) -> CodeStates:
-    """Where the row's profile shows its calls found their code, for a replay on a device with a
-    last-level cache of ``cache_bytes``: the share of calls whose code stayed in the instruction
-    caches (``code_cached_share``), and the others' cache (the last-level cache where little data
-    moved since their kernels' previous call, else memory; memory without evidence).
+def code_cache_state(row: "KernelRow", cache_bytes: int) -> CodeCache:
+    """Where the row's profile shows its kernels found their code, for a replay on a device with
+    a last-level cache of ``cache_bytes`` (``MEMORY`` where the row has no evidence).
 
     Raises DatabaseError naming the column of a bad cell."""
-    share = code_cached_share(row)
+    if _code_cached(row):
+        return CodeCache.INSTRUCTION
     try:
         moved = parse_reuse_cell(row.attrs.get(PROFILING_CODE_REUSE, ""))
     except DatabaseError as exc:
         raise exc.located(column=PROFILING_CODE_REUSE) from None
-    otherwise = CodeCache.LAST_LEVEL if moved and moved[0] < cache_bytes * CODE_CACHED_SHARE else CodeCache.MEMORY
-    return CodeStates(share, otherwise)
-
-
-def code_cached_share(row: "KernelRow") -> float:
-    """The share of the row's calls whose model ran at most ``CODE_CACHED_KERNELS`` distinct
-    kernels since their kernels' previous call: from its histogram of calls
-    (``Profiling Code Reuse Distances(kernels)``), or, in a row written before that column, 1 or
-    0 as its average distance is within that or not (0 without either).
-
-    Raises DatabaseError naming the column when a cell is not a histogram or a number."""
-    cell = row.attrs.get(PROFILING_CODE_REUSE_DISTANCES, "")
-    try:
-        calls = parse_histogram(cell, "distance", "calls")
-    except DatabaseError as exc:
-        raise exc.located(column=PROFILING_CODE_REUSE_DISTANCES) from None
-    if calls:
-        return sum(count for distance, count in calls.items() if distance <= CODE_CACHED_KERNELS) / sum(calls.values())
-    return 1.0 if _code_cached(row) else 0.0
+    if moved and moved[0] < cache_bytes * CODE_CACHED_SHARE:
+        return CodeCache.LAST_LEVEL
+    return CodeCache.MEMORY
 
 
 def _code_cached(row: "KernelRow") -> bool:
-    """Whether the row's average code reuse distance is within ``CODE_CACHED_KERNELS`` (False
-    without one).  Raises DatabaseError naming the column when the cell is not a number."""
+    """Whether the row's profile shows its kernels found their code in the instruction caches
+    (False without one).  Raises DatabaseError naming the column when the cell is not a number."""
     cell = row.attrs.get(CODE_REUSE_COLUMN, "").strip()
     if not cell:
         return False
@@ -177,21 +131,6 @@ def _code_cached(row: "KernelRow") -> bool:
     except ValueError:
         raise DatabaseError(f"{cell!r} is not a number of kernels", column=CODE_REUSE_COLUMN) from None
     return distance <= CODE_CACHED_KERNELS
-
-
-def interleaved(first: Callable[[], Any] | None, second: Callable[[], Any] | None,
-                first_share: float) -> Callable[[], None]:
-    """A no-argument call that runs ``first`` on ``first_share`` of its calls and ``second`` on the
-    others, spread evenly (a share of 1/4: the 4th, 8th, ... call runs ``first``; a None is no step)."""
-    calls = itertools.count()
-
-    def run() -> None:
-        index = next(calls)
-        step = first if math.floor((index + 1) * first_share) > math.floor(index * first_share) else second
-        if step is not None:
-            step()
-
-    return run
 
 
 def in_order(*steps: Callable[[], Any] | None) -> Callable[[], None]:

@@ -27,7 +27,7 @@ from perf_plugin.replay.cache_modes import (
     rotation_plan,
     tensor_bytes,
 )
-from perf_plugin.replay.code_eviction import CodeCache, CodeStates, code_eviction, code_states, in_order, interleaved
+from perf_plugin.replay.code_eviction import CodeCache, code_cache_state, code_eviction, in_order
 from perf_plugin.replay.dirty_lines import dirty_bytes, dirty_lines
 from perf_plugin.replay.cold_inputs import CacheSplit, has_reuse_evidence
 from perf_plugin.replay.op_mapping import resolve_replay
@@ -182,27 +182,14 @@ class ReplayRunner:
             return produce_inputs(evict, split.rewritten(args))
         return evict
 
-    def _code_states(self, case: "Case", mode: str) -> CodeStates:
-        """Where the row's profile shows the model's calls found their kernels' code (read only
-        for the modes that would evict it, so a bad cell fails no case timed warm)."""
+    def _code_state(self, case: "Case", mode: str) -> CodeCache:
+        """Where the row's profile shows the model found its kernels' code (read only for the
+        modes that would evict it, so a bad cell fails no case timed warm)."""
         assert case.row is not None
         if mode not in EVICTING_MODES:
-            return CodeStates(1.0, CodeCache.INSTRUCTION)
+            return CodeCache.INSTRUCTION
         with bad_cells_fail(case):
-            return code_states(case.row, self._last_level_cache())
-
-    def _mixed_before_repeat(self, args: tuple[Any, ...], mode: str, split: CacheSplit, code: CodeStates,
-                             fetch_code: "Callable[[], Any] | None", dirty: int) -> Any:
-        """``_before_repeat`` with the code cached on ``code.cached_share`` of the repeats and left
-        where the model's other calls found it on the rest (``interleaved``): a row whose calls
-        found their code cached some of the time replays that mixture, not its average's state."""
-        if code.cached_share >= 1:
-            return self._before_repeat(args, mode, split, CodeCache.INSTRUCTION, None, dirty)
-        otherwise = self._before_repeat(args, mode, split, code.otherwise, fetch_code, dirty)
-        if code.cached_share <= 0:
-            return otherwise
-        cached = self._before_repeat(args, mode, split, CodeCache.INSTRUCTION, None, dirty)
-        return interleaved(cached, otherwise, code.cached_share)
+            return code_cache_state(case.row, self._last_level_cache())
 
     def _fetch_inputs(self, replay: "OpReplay", row: "KernelRow", seed: int, code: CodeCache) -> tuple[Any, ...] | None:
         """For a row whose code the model found in the last-level cache, inputs of its own
@@ -244,20 +231,19 @@ class ReplayRunner:
         fetched."""
         assert case.row is not None
         split = self._cache_split(case, replay, args, mode)
-        code = self._code_states(case, mode)
+        code = self._code_state(case, mode)
         dirty = self._dirty_bytes(case, args, split, mode)
-        fetch_inputs = self._fetch_inputs(replay, case.row, seed, code.uncached)
+        fetch_inputs = self._fetch_inputs(replay, case.row, seed, code)
         fetch = None if fetch_inputs is None else _bind(*case_launcher(self.backend, replay, case.row, fetch_inputs))
 
         def steps_for(function: Callable[..., Any]) -> Any:
             fetch_own = None if fetch_inputs is None else _bind(function, fetch_inputs)
-            return self._mixed_before_repeat(args, mode, split, code, fetch_own, dirty)
+            return self._before_repeat(args, mode, split, code, fetch_own, dirty)
 
         if cycle is None:
-            return self._mixed_before_repeat(args, mode, split, code, fetch, dirty), steps_for
+            return self._before_repeat(args, mode, split, code, fetch, dirty), steps_for
         per_set = [
-            self._mixed_before_repeat(copy, mode, split.for_copy(args, copy), code, fetch, dirty)
-            for copy in cycle.input_sets
+            self._before_repeat(copy, mode, split.for_copy(args, copy), code, fetch, dirty) for copy in cycle.input_sets
         ]
         return cycle.steps(per_set), steps_for
 

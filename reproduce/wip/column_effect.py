@@ -9,7 +9,8 @@ docs/coverage.md's tables come from it:
 * ``Profiling Input Reuse Spread(B)`` ("Inputs partly cached"; H200, nine models; e.g.
   ERNIE-4.5 92.1 % of the time within 10 % without the column, 97.0 % with it, its decode argmax
   1.126 and 1.040 of its in-model time);
-* ``Profiling Code Reuse Distances(kernels)`` ("Code cached on some calls").
+* ``Profiling Code Reuse Distances(kernels)`` ("Code cached on some calls": measured at the commit
+  that added the column, 817a6a5, and not adopted; the column is not written since).
 
 Prerequisites: a CUDA GPU, ``transformers``, this project installed; a model measured first.
 
