@@ -40,7 +40,9 @@ MoE models run ``transformers``' ``grouped_mm`` experts.
 
 Every profile runs inside ``perf_plugin.capture.capture_input_values`` (``--no-capture``: not),
 which writes ``trace.values.json`` beside the trace: the grouped GEMM rows then carry the
-model's rows per expert, and replay exactly those groups.
+model's rows per expert, and replay exactly those groups.  It also writes the execution trace,
+``trace.et.json`` (``--no-execution-trace``: not), from which ingest finds the kernel that wrote
+each input by its storage rather than by its shape (``perf_plugin.ingest.execution_trace``).
 
 Routing of the MoE model.  With random weights the router's inputs share a few directions
 across tokens (the residual stream of random layers), so every token picks the same experts:
@@ -446,11 +448,12 @@ def run_steps(model: Any, device: str, tokens: int, decode_steps: int) -> None:
             token = out.logits[:, -1:].argmax(-1)
 
 
-def profile_model(model: Any, device: str, tokens: int, decode_steps: int, trace: Path, capture: bool = True) -> None:
+def profile_model(model: Any, device: str, tokens: int, decode_steps: int, trace: Path, capture: bool = True,
+                  execution_trace: bool = True) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from perf_plugin.capture import capture_input_values
+    from perf_plugin.capture import capture_input_values, execution_trace_observer
     from perf_plugin.trace.values_file import sidecar_path
 
     run_steps(model, device, tokens, decode_steps)  # warm-up: allocator, kernels chosen, caches
@@ -459,7 +462,11 @@ def profile_model(model: Any, device: str, tokens: int, decode_steps: int, trace
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     # profile_memory: the allocator's events say which tensors were still alive at each call,
     # which ingest uses to find the kernel that wrote each input (``perf_plugin.ingest.input_reuse``)
-    with profile(activities=activities, record_shapes=True, profile_memory=True) as prof:
+    # the execution trace (trace.et.json) names the tensor each input was, so ingest finds its
+    # producer by storage rather than by shape (``perf_plugin.ingest.execution_trace``)
+    observer = execution_trace_observer(trace) if execution_trace else None
+    with profile(activities=activities, record_shapes=True, profile_memory=True,
+                 execution_trace_observer=observer) as prof:
         # the grouped GEMMs' rows per expert, recorded beside the trace (trace.values.json)
         with capture_input_values(sidecar_path(trace) if capture else None):
             run_steps(model, device, tokens, decode_steps)
@@ -572,18 +579,21 @@ def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
     if router_modules(model):
         for line in routing_balance(model, prefill_ids(model, args.device, args.tokens), expert_count(model.config)):
             print(f"  routing of the profiled prefill, {line}")
-    profile_model(model, args.device, args.tokens, args.decode_steps, trace, not args.no_capture)
+    profile_model(model, args.device, args.tokens, args.decode_steps, trace, not args.no_capture,
+                  not args.no_execution_trace)
     if args.profile_only:
         return []
     spread: dict[str, Any] | None = None
     first = profiled_rows(trace) if args.reference_spread or args.second_process else {}
     if args.reference_spread:
         second = out / "trace_second.json"
-        profile_model(model, args.device, args.tokens, args.decode_steps, second, not args.no_capture)
+        profile_model(model, args.device, args.tokens, args.decode_steps, second, not args.no_capture,
+                      not args.no_execution_trace)
         spread = reference_spread(first, profiled_rows(second), out)
         moved = out / "trace_replaced.json"
         pad = replace_parameters(model)  # held while profiling: activations land elsewhere too
-        profile_model(model, args.device, args.tokens, args.decode_steps, moved, not args.no_capture)
+        profile_model(model, args.device, args.tokens, args.decode_steps, moved, not args.no_capture,
+                      not args.no_execution_trace)
         del pad
         spread["replaced"] = reference_spread(first, profiled_rows(moved), out, "reference_spread_replaced.json")
     del model
@@ -607,6 +617,7 @@ def profile_in_new_process(name: str, args: argparse.Namespace, out: Path) -> Pa
                "--device", args.device, "--layers", str(args.layers), "--tokens", str(args.tokens),
                "--decode-steps", str(args.decode_steps), "--out", str(folder)]
     command += ["--tiny"] * args.tiny + ["--no-capture"] * args.no_capture
+    command += ["--no-execution-trace"] * args.no_execution_trace
     subprocess.run(command, cwd=ROOT, check=True)
     return folder / name.replace(":", "-") / "trace.json"
 
@@ -744,6 +755,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-only", action="store_true", help="profile and write the trace; no ingest, no replay")
     parser.add_argument("--traces", help="replay these trace files (comma list) instead of profiling --models")
     parser.add_argument("--no-capture", action="store_true", help="profile without recording the grouped GEMMs' groups")
+    parser.add_argument("--no-execution-trace", action="store_true",
+                        help="profile without the execution trace (ingest then infers each input's producer from shapes)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     reports = []

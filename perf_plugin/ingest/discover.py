@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.trace.values_file import EXECUTION_TRACE_SUFFIX
 from perf_plugin.trace.values_file import SUFFIX as VALUES_SUFFIX
 
 KERNEL_DETAILS = "kernel_details"
@@ -44,8 +45,10 @@ class Discovery:
 
 def _is_trace_name(path: Path) -> bool:
     name = path.name.lower()
-    # an input-value capture's file (trace.values.json) lies beside its trace, and is no trace
-    return name.endswith((".json", ".json.gz")) and name != ASCEND_TRACE_VIEW and not name.endswith(VALUES_SUFFIX)
+    # an input-value capture's file (trace.values.json) and an execution trace (trace.et.json)
+    # lie beside their trace, and are no traces
+    return (name.endswith((".json", ".json.gz")) and name != ASCEND_TRACE_VIEW
+            and not name.endswith((VALUES_SUFFIX, EXECUTION_TRACE_SUFFIX)))
 
 
 def _sniff_csv(path: Path) -> str | None:

@@ -76,21 +76,24 @@ weights; counted whole (its average 76 MB away), its replays read them all from 
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from perf_plugin.database.shapes import numel
 from perf_plugin.database.signature import normalise_dtype
+from perf_plugin.ingest.execution_trace import SlotStorages
+from perf_plugin.ingest.written_tensors import (
+    RecentOutputs,
+    Written,
+    broadcast_operand,
+    enclosing_shape,
+    ones_inserted,
+    squeezed,
+)
 from perf_plugin.replay.aten_call import recorded_operator
 from perf_plugin.replay.tensors import DTYPES
 from perf_plugin.trace.args import Shape, broadcast, is_contiguous
 from perf_plugin.trace.mapped import MappedOp, Slot
 
-# Candidate producers kept per (dtype, element count), and of every kind for strided views: the
-# latest outputs are the likely producers, and older ones are long overwritten in the cache.
-_KEPT_PER_COUNT = 8
-_KEPT_FOR_VIEWS = 64
 # Kernel types that concatenate their inputs (``_passed_again``).
 CONCATENATIONS = frozenset({"ConcatD"})
 # An operator that reads this many times the bytes it writes is a contraction (``reads_after_write``):
@@ -105,70 +108,6 @@ CONTRACTION_RATIO = 16
 ONE_WAVE_ELEMENTS = 2**16
 
 
-@dataclass(frozen=True)
-class _Written:
-    serial: int  # the output's position among all outputs of the trace
-    dtype: str
-    shape: tuple[int, ...]
-    moved_at_write: float
-    spread: float  # half the range of bytes its bytes were written over (``reads_after_write``)
-    producer: int
-    released_ns: int | None  # when its block was released (None: unknown, or never)
-
-    def alive_at(self, time_ns: int | None) -> bool:
-        return time_ns is None or self.released_ns is None or self.released_ns >= time_ns
-
-    @property
-    def numel(self) -> int:
-        return numel(self.shape)
-
-
-class _Outputs:
-    """The recent outputs of the trace, looked up by dtype and element count."""
-
-    def __init__(self) -> None:
-        self.by_count: dict[tuple[str, int], list[_Written]] = {}
-        self.recent: deque[_Written] = deque(maxlen=_KEPT_FOR_VIEWS)
-        self.serial = 0
-        # serial -> (bytes moved halfway through a kernel's last read of it, half that read's bytes)
-        self.read_at: dict[int, tuple[float, float]] = {}
-        self.converted: dict[str, set[int]] = {}  # dtype -> the serials a Cast has converted to it
-
-    def last_use(self, written: _Written) -> tuple[float, float]:
-        """Bytes moved at its last use (write or read), on average over its bytes, and half the range."""
-        return self.read_at.get(written.serial, (written.moved_at_write, written.spread))
-
-    def add(self, slot: Slot, at: tuple[float, float], producer: int, released_ns: int | None, now: int | None) -> None:
-        """An output written at ``at`` (bytes moved then, and the half-range of its bytes' writes)."""
-        assert slot.shape is not None
-        written = _Written(
-            self.serial, normalise_dtype(slot.dtype), tuple(slot.shape), *at, producer, released_ns
-        )
-        self.serial += 1
-        same = self.by_count.setdefault((written.dtype, written.numel), [])
-        # released outputs leave first, so a live one outlasts the temporaries written after it
-        same[:] = [c for c in same if c.alive_at(now)]
-        same.append(written)
-        del same[:-_KEPT_PER_COUNT]
-        self.recent.append(written)
-
-    def candidates(
-        self, dtype: str, shape: tuple[int, ...], strides: Shape | None, out_shape: Shape | None, now: int | None
-    ) -> list[_Written]:
-        """Outputs that could be this input, newest first."""
-        operand = _broadcast(shape, out_shape)
-        if strides is not None and not is_contiguous(shape, strides) and not operand:
-            span = 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))
-            return [c for c in reversed(self.recent) if c.dtype == dtype and c.numel >= span and c.alive_at(now)]
-        # (a slice's dimensions of 1 may make it contiguous: its strides still show the table)
-        base = _enclosing_shape(shape, tuple(strides)) if strides is not None and operand else None
-        if base is not None and base != shape:  # a slice of a broadcast table (half of a rotary cos)
-            table = [c for c in reversed(self.by_count.get((dtype, numel(base)), [])) if c.alive_at(now)]
-            return [c for c in table if _squeezed(c.shape) == _squeezed(base)]
-        same = [c for c in reversed(self.by_count.get((dtype, numel(shape)), [])) if c.alive_at(now)]
-        return [c for c in same if c.shape == shape or _ones_inserted(shape, c.shape)] if operand else same
-
-
 def slot_bytes(slot: Slot) -> int:
     if slot.shape is None:
         return 0
@@ -180,69 +119,94 @@ def reuse_distances(
     ops: Sequence[MappedOp],
     starts: Sequence[int] | None = None,
     released: Sequence[tuple[int | None, ...]] | None = None,
+    storages: Sequence[SlotStorages | None] | None = None,
 ) -> list[tuple[float, ...]]:
     """Per operator (in device order), per input slot, the bytes moved since the input was last
     used (``math.inf``: no earlier operator produced it).  ``starts`` (each operator's start) and
     ``released`` (per operator, when each output's block was released: ``tensor_lifetimes``)
-    rule out outputs released before a consumer started."""
-    return reuse_distances_and_spreads(ops, starts, released)[0]
+    rule out outputs released before a consumer started.  ``storages`` (per operator, from an
+    execution trace: ``perf_plugin.ingest.execution_trace``) name the tensors: an input whose
+    storage is known has the latest operator that wrote that storage as its producer, or none."""
+    return reuse_distances_and_spreads(ops, starts, released, storages)[0]
 
 
 def reuse_distances_and_spreads(
     ops: Sequence[MappedOp],
     starts: Sequence[int] | None = None,
     released: Sequence[tuple[int | None, ...]] | None = None,
+    storages: Sequence[SlotStorages | None] | None = None,
 ) -> tuple[list[tuple[float, ...]], list[tuple[float, ...]]]:
     """``reuse_distances``, and per slot half the range of bytes moved over which the input's
     bytes were last used (``math.inf`` where it has no producer): its bytes lie that far either
     side of its distance."""
-    outputs = _Outputs()
+    outputs = RecentOutputs()
     moved = 0.0
     distances: list[tuple[float, ...]] = []
     spreads: list[tuple[float, ...]] = []
     for index, op in enumerate(ops):
         now = starts[index] if starts is not None else None
-        conversion = _conversion(op)
-        # outputs already matched to a slot of this operator; a conversion's one input joins the
-        # outputs converted to its dtype, which no later conversion to it takes (``_conversion``)
-        used = set() if conversion is None else outputs.converted.setdefault(conversion, set())
-        out_shape = _broadcast_target(op)
-        strides = list(op.strides) + [None] * (len(op.inputs) - len(op.strides))
-        per_slot = [math.inf] * len(op.inputs)
-        spread = [math.inf] * len(op.inputs)
-        read_now: list[_Written] = []
-        taken: list[_Written] = []  # this operator's earlier slots' tensors
-        # the broadcast operands choose first: they match only outputs of their shape, and a
-        # slot of the output's shape taken first could take theirs (a norm's ``x * (1 + w)``)
-        for position in sorted(range(len(op.inputs)), key=lambda k: not _is_operand(op.inputs[k], out_shape)):
-            slot, view = op.inputs[position], strides[position]
-            chosen, sole = _producer(slot, view, out_shape, outputs, used, now)
-            if chosen is None and op.kernel_type in CONCATENATIONS:
-                chosen = _passed_again(slot, view, taken)
-            if chosen is not None:
-                used_at, spread[position] = outputs.last_use(chosen)
-                per_slot[position] = moved - used_at
-            read_now += [chosen] if chosen is not None and sole else []
-            taken += [chosen] if chosen is not None else []
-        distances.append(tuple(per_slot))
-        spreads.append(tuple(spread))
+        known = storages[index] if storages is not None else None
+        matched = _matched_inputs(op, known, outputs, now)
+        last_uses = [outputs.last_use(chosen) if chosen is not None else None for chosen, _ in matched]
+        distances.append(tuple(math.inf if use is None else moved - use[0] for use in last_uses))
+        spreads.append(tuple(math.inf if use is None else use[1] for use in last_uses))
         read = sum(slot_bytes(slot) for slot in op.inputs)
         # inputs are read halfway through this operator; only a read whose tensor no other could
         # be counts, since a wrong pairing refreshed by every read would keep a tensor long
         # evicted (a layer's key cache read as its value cache) in the cache
-        for written in read_now:
-            outputs.read_at[written.serial] = (moved + read / 2, read / 2)
-        ends = released[index] if released is not None else ()
+        for written, sole in matched:
+            if written is not None and sole:
+                outputs.read_at[written.serial] = (moved + read / 2, read / 2)
         after = reads_after_write(op)
-        written_at = (moved + read - after, after)
-        for position, slot in enumerate(op.outputs):
-            if slot.shape is not None:
-                end = ends[position] if position < len(ends) else None
-                outputs.add(slot, written_at, index, end, now)
-        for base in written_base(op):
-            outputs.add(base, written_at, index, None, now)
+        ends = released[index] if released is not None else ()
+        _record_outputs(op, outputs, index, (moved + read - after, after), ends, now, known)
         moved += read + sum(slot_bytes(slot) for slot in op.outputs)
     return distances, spreads
+
+
+def _matched_inputs(
+    op: MappedOp, known: SlotStorages | None, outputs: RecentOutputs, now: int | None
+) -> list[tuple[Written | None, bool]]:
+    """Per input slot, the output it read (None: none in the trace) and whether it was the only
+    operator's output that could be it: by the execution trace's storage where it names one,
+    else by the shape rules (``_producer``)."""
+    conversion = _conversion(op)
+    # outputs already matched to a slot of this operator; a conversion's one input joins the
+    # outputs converted to its dtype, which no later conversion to it takes (``_conversion``)
+    used = set() if conversion is None else outputs.converted.setdefault(conversion, set())
+    out_shape = _broadcast_target(op)
+    strides = list(op.strides) + [None] * (len(op.inputs) - len(op.strides))
+    matched: list[tuple[Written | None, bool]] = [(None, False)] * len(op.inputs)
+    taken: list[Written] = []  # this operator's earlier slots' tensors
+    # the broadcast operands choose first: they match only outputs of their shape, and a
+    # slot of the output's shape taken first could take theirs (a norm's ``x * (1 + w)``)
+    for position in sorted(range(len(op.inputs)), key=lambda k: not _is_operand(op.inputs[k], out_shape)):
+        slot, view = op.inputs[position], strides[position]
+        storage = known.inputs[position] if known is not None and position < len(known.inputs) else None
+        if storage is not None:  # the tensor itself: its storage's latest writer, or none
+            chosen, sole = outputs.by_storage.get(storage), True
+        else:
+            chosen, sole = _producer(slot, view, out_shape, outputs, used, now)
+            if chosen is None and op.kernel_type in CONCATENATIONS:
+                chosen = _passed_again(slot, view, taken)
+        matched[position] = (chosen, sole)
+        taken += [chosen] if chosen is not None else []
+    return matched
+
+
+def _record_outputs(op: MappedOp, outputs: RecentOutputs, index: int, written_at: tuple[float, float],
+                    ends: tuple[int | None, ...], now: int | None, known: SlotStorages | None) -> None:
+    """The operator's outputs (and a base it wrote through a view) as candidates for later inputs,
+    and the storages an execution trace says it wrote."""
+    writes = []
+    for position, slot in enumerate(op.outputs):
+        if slot.shape is not None:
+            end = ends[position] if position < len(ends) else None
+            writes.append(outputs.add(slot, written_at, index, end, now))
+    for base in written_base(op):
+        outputs.add(base, written_at, index, None, now)
+    if known is not None:
+        outputs.record_storages(known.written, writes, index, written_at)
 
 
 def reads_after_write(op: MappedOp) -> float:
@@ -276,17 +240,8 @@ def written_base(op: MappedOp) -> list[Slot]:
         return []
     if not recorded_operator(op.arguments):  # written in place: the view's buffer is its output
         return []
-    base = _enclosing_shape(tuple(slot.shape), tuple(strides))
+    base = enclosing_shape(tuple(slot.shape), tuple(strides))
     return [] if base is None else [Slot(base, slot.dtype)]
-
-
-def _enclosing_shape(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
-    if not shape or len(shape) != len(strides) or strides[-1] != 1 or any(s <= 0 for s in strides):
-        return None
-    if any(outer % inner for outer, inner in zip(strides, strides[1:])):
-        return None
-    base = (shape[0], *(outer // inner for outer, inner in zip(strides, strides[1:])))
-    return base if all(whole >= part for whole, part in zip(base, shape)) else None
 
 
 def _conversion(op: MappedOp) -> str | None:
@@ -301,29 +256,10 @@ def _conversion(op: MappedOp) -> str | None:
 
 
 def _is_operand(slot: Slot, out_shape: Shape | None) -> bool:
-    return slot.shape is not None and _broadcast(tuple(slot.shape), out_shape)
+    return slot.shape is not None and broadcast_operand(tuple(slot.shape), out_shape)
 
 
-def _ones_inserted(shape: tuple[int, ...], base: tuple[int, ...]) -> bool:
-    """Whether ``shape`` is ``base`` with dimensions of 1 inserted: a rotary table written as
-    ``[1,1,128]`` and read, unsqueezed, as ``[1,1,1,128]``.  Never the other way: a weight of
-    ``[4096]`` is not the ``[1,1,4096]`` activation beside it."""
-    if len(base) >= len(shape):
-        return False
-    matched = 0
-    for size in shape:
-        if matched < len(base) and size == base[matched]:
-            matched += 1
-        elif size != 1:
-            return False
-    return matched == len(base)
-
-
-def _squeezed(shape: Sequence[int]) -> tuple[int, ...]:
-    return tuple(size for size in shape if size != 1)
-
-
-def _passed_again(slot: Slot, strides: Shape | None, taken: Sequence[_Written]) -> _Written | None:
+def _passed_again(slot: Slot, strides: Shape | None, taken: Sequence[Written]) -> Written | None:
     """The tensor an earlier slot of a concatenation took, where this slot found no producer of
     its own and has that tensor's dtype and element count: one tensor concatenated with itself.
     Rotary embedding's ``cat((freqs, freqs), -1)`` reads the same table in both slots; counted
@@ -338,15 +274,15 @@ def _passed_again(slot: Slot, strides: Shape | None, taken: Sequence[_Written]) 
 
 
 def _producer(
-    slot: Slot, strides: Shape | None, out_shape: Shape | None, outputs: _Outputs, used: set[int], now: int | None
-) -> tuple[_Written | None, bool]:
+    slot: Slot, strides: Shape | None, out_shape: Shape | None, outputs: RecentOutputs, used: set[int], now: int | None
+) -> tuple[Written | None, bool]:
     """The newest unused candidate (of its producer's outputs, one of the slot's shape first), and
     whether it was the only operator whose outputs could be this input."""
     if slot.shape is None:
         return None, False
     shape = tuple(slot.shape)
     candidates = outputs.candidates(normalise_dtype(slot.dtype), shape, strides, out_shape, now)
-    chosen: _Written | None = None
+    chosen: Written | None = None
     for candidate in candidates:
         if candidate.serial in used:
             continue
@@ -370,13 +306,3 @@ def _broadcast_target(op: MappedOp) -> Shape | None:
         if slot.shape is not None and target is not None:
             target = broadcast(target, slot.shape)
     return op.outputs[0].shape if target is not None and tuple(target) == tuple(op.outputs[0].shape) else None
-
-
-def _broadcast(shape: tuple[int, ...], out_shape: Shape | None) -> bool:
-    """Whether an input of ``shape`` is broadcast to the output's shape (fewer dimensions or
-    elements, every dimension 1 or the output's)."""
-    if out_shape is None or shape == tuple(out_shape) or len(shape) > len(out_shape):
-        return False
-    if len(shape) == len(out_shape) and numel(shape) >= numel(out_shape):
-        return False
-    return all(size in (1, out) for size, out in zip(reversed(shape), reversed(tuple(out_shape))))

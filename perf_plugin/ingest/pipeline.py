@@ -73,24 +73,7 @@ class IngestReport:
         if table.without_duration:
             out.append(f"rows without a duration, skipped: {table.without_duration}")
         for trace in self.traces:
-            where = f"{trace.device_name or 'device'} kernels" if trace.device_trace else "CPU operator time"
-            out.append(f"trace: {trace.operators} top-level operators, {trace.samples} samples ({where})")
-            if trace.transfers:
-                out.append(f"  host<->device transfers left out: {trace.transfers}")
-            if trace.unattributed:
-                out.append(
-                    f"  device activities launched outside any operator, left out: {sum(trace.unattributed.values())}"
-                )
-            if trace.no_output_rows:
-                out.append(
-                    f"  samples whose outputs the trace does not determine (output cells empty): {trace.no_output_rows}"
-                )
-            if trace.unknown_dtype_rows:
-                out.append(
-                    f"  samples with a dtype the trace does not record (tensor lists): {trace.unknown_dtype_rows}"
-                )
-            if trace.values is not None:
-                out.extend(trace.values.lines())
+            out.extend(_trace_lines(trace))
         for attached in self.ascend_values:
             out.extend(attached.lines())
         out.extend(self.value_sources.lines())
@@ -105,6 +88,33 @@ class IngestReport:
                     f"unchanged {change.unchanged})"
                 )
         return out
+
+
+def _trace_lines(trace: TraceSummary) -> list[str]:
+    """The report's lines on one PyTorch trace."""
+    out: list[str] = []
+    where = f"{trace.device_name or 'device'} kernels" if trace.device_trace else "CPU operator time"
+    out.append(f"trace: {trace.operators} top-level operators, {trace.samples} samples ({where})")
+    if trace.transfers:
+        out.append(f"  host<->device transfers left out: {trace.transfers}")
+    if trace.unattributed:
+        out.append(
+            f"  device activities launched outside any operator, left out: {sum(trace.unattributed.values())}"
+        )
+    if trace.no_output_rows:
+        out.append(
+            f"  samples whose outputs the trace does not determine (output cells empty): {trace.no_output_rows}"
+        )
+    if trace.unknown_dtype_rows:
+        out.append(
+            f"  samples with a dtype the trace does not record (tensor lists): {trace.unknown_dtype_rows}"
+        )
+    if trace.values is not None:
+        out.extend(trace.values.lines())
+    if trace.named_inputs is not None:
+        named, slots = trace.named_inputs
+        out.append(f"  execution trace: {named} of {slots} device samples' input tensors named by storage")
+    return out
 
 
 def read_inputs(

@@ -46,6 +46,7 @@ from perf_plugin.ingest.aggregate import (
 )
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
 from perf_plugin.ingest.code_reuse import code_reuse_bytes, code_reuse_distances
+from perf_plugin.ingest.execution_trace import ExecutionTrace, execution_trace_for, storages_of
 from perf_plugin.ingest.input_reuse import reuse_distances_and_spreads
 from perf_plugin.ingest.input_values import ValuesAttachment, attach_values, values_for_trace
 from perf_plugin.ingest.tensor_lifetimes import release_times
@@ -85,13 +86,16 @@ class TraceSummary:
     unknown_dtype_rows: int = 0
     no_output_rows: int = 0
     values: ValuesAttachment | None = None  # what an input-value capture gave the trace
+    # device samples' input tensors an execution trace named, of all of them (None: no execution trace)
+    named_inputs: tuple[int, int] | None = None
 
     @property
     def accelerator_core(self) -> str:
         return CORE_CUDA if self.device_trace else CORE_CPU
 
 
-def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
+def trace_samples(trace: TraceData, execution: ExecutionTrace | None = None) -> tuple[ProfileTable, TraceSummary]:
+    """The trace's samples; ``execution`` (its execution trace) names the tensors each read."""
     if not trace.ops:
         raise DatabaseError("the trace holds no CPU operators (cat 'cpu_op')", path=trace.source)
     if not trace.has_shapes:
@@ -100,12 +104,8 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
             path=trace.source,
         )
     attribution = attribute(trace)
-    summary = TraceSummary(
-        device_trace=attribution.device_trace,
-        device_name=trace.device_name,
-        transfers=attribution.transfers,
-        unattributed=attribution.unattributed,
-    )
+    summary = TraceSummary(attribution.device_trace, trace.device_name, transfers=attribution.transfers,
+                           unattributed=attribution.unattributed)
     communication: Counter[str] = Counter(attribution.communication)
     records: list[dict[str, Any]] = []
     launched: list[tuple[TraceOp, dict[str, Any], MappedOp]] = []  # device samples: operator, record, row
@@ -141,7 +141,7 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
             launched.append((op, record, mapped))
         records.append(record)
     summary.samples = len(records)
-    _record_reuse(launched, trace.memory)
+    summary.named_inputs = _record_reuse(launched, trace.memory, execution)
     table = ProfileTable(
         frame=_sample_frame(records, attribution.device_trace),
         counters=[LAUNCHED_IDLE, CODE_REUSE, RECENT_WRITE_SHARE] if attribution.device_trace else [],
@@ -153,14 +153,18 @@ def trace_samples(trace: TraceData) -> tuple[ProfileTable, TraceSummary]:
     return table, summary
 
 
-def _record_reuse(launched: list[tuple[TraceOp, dict[str, Any], MappedOp]], memory: list[MemoryEvent]) -> None:
+def _record_reuse(
+    launched: list[tuple[TraceOp, dict[str, Any], MappedOp]], memory: list[MemoryEvent], execution: ExecutionTrace | None
+) -> tuple[int, int] | None:
     """Each device sample's inputs' reuse distances and its code's, over the samples in launch
     order (a sample's kernels are those of its ``KERNEL_TIMES``, in the order they first ran);
-    the allocator's events, where the profile has them, rule out released producers."""
+    the allocator's events, where the profile has them, rule out released producers, and an
+    execution trace names the tensors.  Returns the input tensors it named, of all (None without one)."""
     launched.sort(key=lambda item: item[0].start_ns)
     released = release_times([(op, mapped) for op, _, mapped in launched], memory) if memory else None
+    storages = [storages_of(mapped, op, execution) for op, _, mapped in launched] if execution is not None else None
     distances, spreads = reuse_distances_and_spreads(
-        [mapped for _, _, mapped in launched], [op.start_ns for op, _, _ in launched], released
+        [mapped for _, _, mapped in launched], [op.start_ns for op, _, _ in launched], released, storages
     )
     kernels = [list(record[KERNEL_TIMES]) for _, record, _ in launched]
     code = code_reuse_distances(kernels)
@@ -174,6 +178,11 @@ def _record_reuse(launched: list[tuple[TraceOp, dict[str, Any], MappedOp]], memo
         record[CODE_REUSE] = code_distance
         record[CODE_REUSE_BYTES] = code_moved
         record[RECENT_WRITE_SHARE] = write_share
+    if storages is None:
+        return None
+    named = [storage for known in storages if known is not None for storage in known.inputs]
+    slots = sum(1 for _, _, mapped in launched for slot in mapped.inputs if slot.shape is not None)
+    return sum(1 for storage in named if storage is not None), slots
 
 
 def _following_on_thread(samples: list[OpSample]) -> Callable[[OpSample], list[OpSample]]:
@@ -206,15 +215,21 @@ def _sample_frame(records: list[dict[str, Any]], device_trace: bool) -> pd.DataF
     return frame
 
 
-def read_trace_file(path: str | Path, values_path: Path | None = None) -> tuple[ProfileTable, TraceSummary]:
+def read_trace_file(
+    path: str | Path, values_path: Path | None = None, execution_path: Path | None = None
+) -> tuple[ProfileTable, TraceSummary]:
     """The samples of a trace file, with the input values of ``values_path`` (default: the
-    ``<trace>.values.json`` beside it, where there is one) attached to their calls."""
-    return _with_values(read_chrome_trace(path), values_for_trace(Path(path), values_path))
+    ``<trace>.values.json`` beside it, where there is one) attached to their calls, and the
+    tensors of ``execution_path`` (default: the ``<trace>.et.json`` beside it) naming their inputs."""
+    execution = execution_trace_for(Path(path), execution_path)
+    return _with_values(read_chrome_trace(path), values_for_trace(Path(path), values_path), execution)
 
 
-def _with_values(trace: TraceData, captured: CapturedValues | None) -> tuple[ProfileTable, TraceSummary]:
+def _with_values(
+    trace: TraceData, captured: CapturedValues | None, execution: ExecutionTrace | None = None
+) -> tuple[ProfileTable, TraceSummary]:
     attachment = attach_values(trace, captured) if captured is not None else None
-    table, summary = trace_samples(trace)
+    table, summary = trace_samples(trace, execution)
     summary.values = attachment
     return table, summary
 

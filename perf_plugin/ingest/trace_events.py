@@ -121,6 +121,7 @@ def _trace_op(event: dict[str, Any], args: dict[str, Any], thread: tuple[int, in
         start_ns=start,
         end_ns=start + duration,
         external_id=_int_or_none(args.get("External id")),
+        record_id=_int_or_none(args.get("Record function id")) or None,  # 0: recorded without one
         dims=list(args.get("Input Dims") or []),
         types=[str(t) for t in (args.get("Input type") or [])],
         concrete=list(args.get("Concrete Inputs") or []),

@@ -22,6 +22,8 @@ class TraceOp:
     start_ns: int
     end_ns: int
     external_id: int | None = None
+    # the profiler's ``Record function id``: the operator's node in an execution trace (perf_plugin.ingest.execution_trace)
+    record_id: int | None = None
     dims: list[Any] = field(default_factory=list)
     types: list[str] = field(default_factory=list)
     concrete: list[Any] = field(default_factory=list)

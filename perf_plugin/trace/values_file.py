@@ -40,6 +40,8 @@ FORMAT = "perf-plugin input values"
 VERSION = 1
 MARK_PREFIX = "perf_values/"
 SUFFIX = ".values.json"
+# The execution trace beside a trace (perf_plugin.ingest.execution_trace): ``run.json`` -> ``run.et.json``.
+EXECUTION_TRACE_SUFFIX = ".et.json"
 
 
 # Quantiles recorded per floating input: every sixteenth of its sorted values, both ends included.
@@ -73,15 +75,16 @@ def parse_mark(name: str) -> tuple[str, str] | None:
     return (token, key) if token and key else None
 
 
-def sidecar_path(trace: str | Path) -> Path:
-    """Where the values of ``trace`` are looked for: ``run.json`` / ``run.json.gz`` -> ``run.values.json``."""
+def sidecar_path(trace: str | Path, suffix: str = SUFFIX) -> Path:
+    """Where the values of ``trace`` are looked for: ``run.json`` / ``run.json.gz`` -> ``run.values.json``
+    (another file beside the trace with another ``suffix``: ``run.et.json``)."""
     trace = Path(trace)
     name = trace.name
     for ending in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
         if name.endswith(ending):
             name = name[: -len(ending)]
             break
-    return trace.with_name(name + SUFFIX)
+    return trace.with_name(name + suffix)
 
 
 def write_values_file(path: str | Path, captured: CapturedValues) -> Path:
