@@ -14,6 +14,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from perf_plugin.capture import execution_trace_observer
+from perf_plugin.cli import main as perfdb_main
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.reuse_cell import parse_reuse_cell
 from perf_plugin.database.schema import PROFILING_INPUT_REUSE
@@ -145,3 +146,21 @@ def test_a_storage_written_by_an_output_no_slot_has_is_still_found() -> None:
 def test_the_fixture_is_an_execution_trace_of_pytorchs_schema() -> None:
     document = json.loads((CUDA / "shared_expert_trace.et.json").read_text())
     assert document["schema"].startswith("1.") and "chakra" in document["schema"]
+
+
+def test_perfdb_ingest_takes_an_execution_trace_from_elsewhere(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(TRACE, alone / "run.json")
+    code = perfdb_main(["ingest", "--profiling-path", str(alone / "run.json"), "--database-path", str(tmp_path / "db"),
+                        "--execution-trace", str(CUDA / "shared_expert_trace.et.json")])
+    assert code == 0 and "execution trace: 47 of 47" in capsys.readouterr().out
+    _, shared = _distances(tmp_path / "db", "Mul", '"1,1;1,1024"')
+    assert shared > ROUTED_WEIGHTS
+
+
+def test_an_execution_trace_for_a_profile_of_several_traces_is_refused(tmp_path: Path) -> None:
+    for name in ("a.pt.trace.json", "b.pt.trace.json"):
+        shutil.copy(TRACE, tmp_path / name)
+    with pytest.raises(DatabaseError, match="belongs to one PyTorch trace"):
+        ingest_path(tmp_path, None, execution_trace=CUDA / "shared_expert_trace.et.json")

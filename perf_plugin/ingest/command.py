@@ -65,6 +65,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "<trace>.values.json beside a trace; *.values.json in or beside an Ascend profile directory)",
     )
     parser.add_argument(
+        "--execution-trace",
+        type=Path,
+        help="the execution trace PyTorch's ExecutionTraceObserver wrote for the trace, naming each input's "
+        "tensor (default: <trace>.et.json beside the trace; none: each input's writer inferred from shapes)",
+    )
+    parser.add_argument(
         "--dry-run", action="store_true", help="read and aggregate, print the report, write nothing"
     )
     parser.set_defaults(func=run)
@@ -107,7 +113,7 @@ def _derive(args: argparse.Namespace, kind: str, device_name: str | None) -> pat
 
 def run(args: argparse.Namespace) -> int:
     # Read first: a mistake in the profile is reported before any path is derived or created.
-    report: IngestReport = ingest_path(args.profiling_path, None, args.input_values)
+    report: IngestReport = ingest_path(args.profiling_path, None, args.input_values, args.execution_trace)
     if not report.rows:
         left_out = sum(report.communication.values())
         raise DatabaseError(

@@ -118,11 +118,16 @@ def _trace_lines(trace: TraceSummary) -> list[str]:
 
 
 def read_inputs(
-    discovery: disc.Discovery, input_values: Path | None = None
+    discovery: disc.Discovery, input_values: Path | None = None, execution_trace: Path | None = None
 ) -> tuple[ProfileTable, list[TraceSummary], list[AscendValues]]:
     """The profile's samples; input values come from ``input_values`` (one PyTorch trace, or any
     kernel_details files, whose ranges' token picks the calls) or from the values files beside
-    each trace (``<trace>.values.json``) or near each Ascend profile."""
+    each trace (``<trace>.values.json``) or near each Ascend profile; the tensors a trace's
+    inputs were, from ``execution_trace`` (one PyTorch trace) or the ``<trace>.et.json`` beside it."""
+    if execution_trace is not None and (discovery.kind != disc.TORCH_TRACE or len(discovery.files) != 1):
+        raise DatabaseError(f"--execution-trace belongs to one PyTorch trace; the profile holds {len(discovery.files)} "
+                            f"{discovery.kind} file(s) (a trace finds its own <trace>.et.json beside it)",
+                            path=execution_trace)
     if input_values is not None and discovery.kind == disc.OP_SUMMARY:
         raise DatabaseError("--input-values needs the capture's ranges, which an msprof op_summary profile does not "
                             "hold: ingest the torch_npu profile directory (kernel_details.csv, trace_view.json)",
@@ -134,7 +139,7 @@ def read_inputs(
     if discovery.kind == disc.TORCH_TRACE:
         tables, summaries = [], []
         for file in discovery.files:
-            table, summary = read_trace_file(file, input_values)
+            table, summary = read_trace_file(file, input_values, execution_trace)
             tables.append(table)
             summaries.append(summary)
         return combine(tables), summaries, []
@@ -145,12 +150,15 @@ def read_inputs(
 
 
 def ingest_path(
-    profiling_path: str | Path, database_dir: str | Path | None, input_values: Path | None = None
+    profiling_path: str | Path,
+    database_dir: str | Path | None,
+    input_values: Path | None = None,
+    execution_trace: Path | None = None,
 ) -> IngestReport:
     """Read ``profiling_path`` and merge it into ``database_dir`` (None: read and report only)."""
     refresh_catalog()  # the kernel types installed now name the rows
     discovery = disc.discover(profiling_path)
-    table, traces, ascend_values = read_inputs(discovery, input_values)
+    table, traces, ascend_values = read_inputs(discovery, input_values, execution_trace)
     rows, sources = with_value_sources(aggregate(table.frame, table.counters))
     validate_types(group_by_type(rows), discovery.files[0] if len(discovery.files) == 1 else None)
     # The FIA bundle check reads the kernel_details files again, only when they hold such kernels.
