@@ -7,7 +7,10 @@ an activation the previous kernel wrote is in the cache; a parameter, or an acti
 before a GEMM streamed a layer's weights through the cache, is not.  A replay can set up either
 state per input (``perf_plugin.replay.cache_modes``) if the row says which.
 
-The profiler records no tensor identities, so the producer of an input is inferred from the
+Where an execution trace lies beside the profile, it names each input's storage, and its
+producer is the latest operator that wrote that storage, or none
+(``perf_plugin.ingest.execution_trace``).  Otherwise, and for the slots it does not name, the
+profiler records no tensor identities, so the producer of an input is inferred from the
 sequence of operators in device order: the latest earlier operator with an output of the same
 dtype and element count (a reshaped view keeps the count; of one producer's outputs, one of the
 same shape first), each output feeding at most one slot of a consumer.  Where the profile holds
