@@ -579,24 +579,23 @@ def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
     if router_modules(model):
         for line in routing_balance(model, prefill_ids(model, args.device, args.tokens), expert_count(model.config)):
             print(f"  routing of the profiled prefill, {line}")
-    profile_model(model, args.device, args.tokens, args.decode_steps, trace, not args.no_capture,
-                  not args.no_execution_trace)
+    profile = functools.partial(profile_model, model, args.device, args.tokens, args.decode_steps,
+                                capture=not args.no_capture, execution_trace=not args.no_execution_trace)
+    profile(trace)
     if args.profile_only:
         return []
     spread: dict[str, Any] | None = None
     first = profiled_rows(trace) if args.reference_spread or args.second_process else {}
     if args.reference_spread:
         second = out / "trace_second.json"
-        profile_model(model, args.device, args.tokens, args.decode_steps, second, not args.no_capture,
-                      not args.no_execution_trace)
+        profile(second)
         spread = reference_spread(first, profiled_rows(second), out)
         moved = out / "trace_replaced.json"
         pad = replace_parameters(model)  # held while profiling: activations land elsewhere too
-        profile_model(model, args.device, args.tokens, args.decode_steps, moved, not args.no_capture,
-                      not args.no_execution_trace)
+        profile(moved)
         del pad
         spread["replaced"] = reference_spread(first, profiled_rows(moved), out, "reference_spread_replaced.json")
-    del model
+    del profile, model  # the partial holds the model too
     release_device_memory(args.device)
     other = profiled_rows(profile_in_new_process(name, args, out)) if args.second_process else None
     if other is not None:
