@@ -89,7 +89,8 @@ def read_execution_trace(path: Path) -> ExecutionTrace:
             continue  # the observer's own nodes carry no operator
         except (KeyError, TypeError, ValueError, AttributeError):
             raise DatabaseError(f"node {node.get('id') if isinstance(node, dict) else node!r} is not an "
-                                "execution trace node (inputs and outputs of values and shapes)", path=path) from None
+                                "execution trace node (inputs and outputs of values and shapes, as schema "
+                                f"1.1 writes them; this file's schema: {document.get('schema')!r})", path=path) from None
     return calls
 
 
