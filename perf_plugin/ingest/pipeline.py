@@ -125,17 +125,13 @@ def read_inputs(
     each trace (``<trace>.values.json``) or near each Ascend profile; the tensors a trace's
     inputs were, from ``execution_trace`` (one PyTorch trace) or the ``<trace>.et.json`` beside it."""
     if execution_trace is not None and (discovery.kind != disc.TORCH_TRACE or len(discovery.files) != 1):
-        raise DatabaseError(f"--execution-trace belongs to one PyTorch trace; the profile holds {len(discovery.files)} "
-                            f"{discovery.kind} file(s) (a trace finds its own <trace>.et.json beside it)",
-                            path=execution_trace)
+        raise _not_one_trace("--execution-trace", execution_trace, discovery, "<trace>.et.json")
     if input_values is not None and discovery.kind == disc.OP_SUMMARY:
         raise DatabaseError("--input-values needs the capture's ranges, which an msprof op_summary profile does not "
                             "hold: ingest the torch_npu profile directory (kernel_details.csv, trace_view.json)",
                             path=input_values)
     if input_values is not None and discovery.kind == disc.TORCH_TRACE and len(discovery.files) != 1:
-        raise DatabaseError(f"--input-values belongs to one PyTorch trace; the profile holds {len(discovery.files)} "
-                            f"{discovery.kind} file(s) (a trace finds its own <trace>.values.json beside it)",
-                            path=input_values)
+        raise _not_one_trace("--input-values", input_values, discovery, "<trace>.values.json")
     if discovery.kind == disc.TORCH_TRACE:
         tables, summaries = [], []
         for file in discovery.files:
@@ -147,6 +143,12 @@ def read_inputs(
         table, attached = read_kernel_tables(discovery, input_values)
         return table, [], attached
     return combine([read_profile_table(file) for file in discovery.files]), [], []
+
+
+def _not_one_trace(option: str, path: Path, discovery: disc.Discovery, beside: str) -> DatabaseError:
+    """The error for a file given for one PyTorch trace, to a profile that is not one."""
+    return DatabaseError(f"{option} belongs to one PyTorch trace; the profile holds {len(discovery.files)} "
+                         f"{discovery.kind} file(s) (a trace finds its own {beside} beside it)", path=path)
 
 
 def ingest_path(
