@@ -70,6 +70,10 @@ PROFILING_INPUT_REUSE = "Profiling Input Reuse Distance(B)"
 # cell's format is the distance's): its bytes lie that far either side of the distance, and a
 # replay keeps the share of them its cache would still hold (perf_plugin.replay.cold_inputs).
 PROFILING_INPUT_REUSE_SPREAD = "Profiling Input Reuse Spread(B)"
+# Per input slot, the distances of each eighth of the row's calls, where they differ
+# (perf_plugin.database.reuse_calls_cell): a replay reads its inputs from where each eighth of the
+# model's calls found them, on an eighth of its repeats each (perf_plugin.replay.cold_inputs).
+PROFILING_INPUT_REUSE_CALLS = "Profiling Input Reuse Calls(B)"
 # Per input slot, quantiles of the values a floating input held in the profiled model, where an
 # input-value capture recorded them (top-k's input: perf_plugin.database.quantiles_cell).
 # A replay draws that input from them; a row without the cell draws its default.

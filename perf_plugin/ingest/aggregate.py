@@ -49,6 +49,7 @@ import pandas as pd
 from perf_plugin.database.kernel_breakdown import format_breakdown
 from perf_plugin.database.depths_cell import depths_cell
 from perf_plugin.database.quantiles_cell import quantiles_cell
+from perf_plugin.database.reuse_calls_cell import reuse_calls_cell
 from perf_plugin.database.reuse_cell import reuse_cell
 from perf_plugin.database.schema import (
     DETAIL_COLUMNS,
@@ -58,6 +59,7 @@ from perf_plugin.database.schema import (
     PROFILING_COUNT,
     PROFILING_INPUT_QUANTILES,
     PROFILING_INPUT_REUSE,
+    PROFILING_INPUT_REUSE_CALLS,
     PROFILING_INPUT_REUSE_SPREAD,
     PROFILING_KERNELS,
     PROFILING_MEDIAN,
@@ -112,6 +114,7 @@ class AggregatedRow:
     kernels: str = ""  # the Profiling Kernels cell ("" when the samples recorded none)
     input_reuse: str = ""  # the Profiling Input Reuse Distance(B) cell ("" when not known)
     input_reuse_spread: str = ""  # the Profiling Input Reuse Spread(B) cell (likewise)
+    input_reuse_calls: str = ""  # the Profiling Input Reuse Calls(B) cell ("" where the calls agree)
     code_reuse: str = ""  # the Profiling Code Reuse Distance(B) cell ("" when not known)
     input_quantiles: str = ""  # the Profiling Input Quantiles cell ("" when no call recorded them)
     selection_depths: str = ""  # the Profiling Selection Depths cell (likewise)
@@ -135,6 +138,8 @@ class AggregatedRow:
             values[PROFILING_INPUT_REUSE] = self.input_reuse
         if self.input_reuse_spread:
             values[PROFILING_INPUT_REUSE_SPREAD] = self.input_reuse_spread
+        if self.input_reuse_calls:
+            values[PROFILING_INPUT_REUSE_CALLS] = self.input_reuse_calls
         if self.code_reuse:
             values[PROFILING_CODE_REUSE] = self.code_reuse
         if self.input_quantiles:
@@ -164,7 +169,7 @@ def _identity(group_key: Sequence[str], key: Sequence[Any], first: Sequence[Any]
 
 # The text fields of a row and the statistics' column each comes from.
 _TEXT_FIELDS = {"kernels": "kernels", "input_reuse": "reuse", "input_reuse_spread": "reuse_spread",
-                "code_reuse": "code_reuse", "input_quantiles": INPUT_QUANTILES, "selection_depths": INPUT_DEPTHS}
+                "input_reuse_calls": "reuse_calls", "code_reuse": "code_reuse", "input_quantiles": INPUT_QUANTILES, "selection_depths": INPUT_DEPTHS}
 
 
 def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
@@ -212,6 +217,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
                 kernels=str(text_cells["kernels"][i]),
                 input_reuse=str(text_cells["input_reuse"][i]),
                 input_reuse_spread=str(text_cells["input_reuse_spread"][i]),
+                input_reuse_calls=str(text_cells["input_reuse_calls"][i]),
                 code_reuse=str(text_cells["code_reuse"][i]),
                 input_quantiles=str(text_cells["input_quantiles"][i]),
                 selection_depths=str(text_cells["selection_depths"][i]),
@@ -249,6 +255,7 @@ def _group_statistics(groups: Any, with_kernels: bool, reuse_columns: Sequence[s
         stats["reuse_spread"] = groups[INPUT_REUSE_SPREAD].agg(lambda samples: reuse_cell(list(samples)))
     if INPUT_REUSE in reuse_columns:
         stats["reuse"] = groups[INPUT_REUSE].agg(lambda samples: reuse_cell(list(samples)))
+        stats["reuse_calls"] = groups[INPUT_REUSE].agg(lambda samples: reuse_calls_cell(list(samples)))
         # the code's distance is a cell of one slot, with the same median and ``-``
         stats["code_reuse"] = groups[CODE_REUSE_BYTES].agg(lambda samples: reuse_cell([(d,) for d in samples]))
     return stats

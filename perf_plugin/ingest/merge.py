@@ -49,6 +49,7 @@ from perf_plugin.database.schema import (
     PROFILING_DURATION_COLUMNS,
     PROFILING_INPUT_QUANTILES,
     PROFILING_INPUT_REUSE,
+    PROFILING_INPUT_REUSE_CALLS,
     PROFILING_INPUT_REUSE_SPREAD,
     PROFILING_KERNELS,
     PROFILING_SELECTION_DEPTHS,
@@ -117,6 +118,7 @@ _OPTIONAL_AFTER_COUNT: tuple[tuple[str, Callable[[AggregatedRow], str]], ...] = 
     (PROFILING_INPUT_QUANTILES, lambda row: row.input_quantiles),
     (PROFILING_SELECTION_DEPTHS, lambda row: row.selection_depths),
     (PROFILING_INPUT_REUSE_SPREAD, lambda row: row.input_reuse_spread),
+    (PROFILING_INPUT_REUSE_CALLS, lambda row: row.input_reuse_calls),
 )
 
 

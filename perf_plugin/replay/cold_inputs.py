@@ -14,6 +14,13 @@ Reuse Spread(B)``: they lie that far either side of its distance), the share of 
 range puts within the cache is cached and the rest is not: ``produced`` rewrites that share of
 it, its tail (a producer's last writes), and leaves the rest evicted.
 
+A row's calls need not have found their inputs alike: a decode layer's first rotary ``mul`` reads
+its ``cos`` table from memory, the next three find it cached.  Replayed in the median call's state
+every repeat is the cheap one.  Where the row has its calls' eighths (``Profiling Input Reuse
+Calls(B)``), ``CacheSplit.mixture`` gives a split per state with its share of the calls, and the
+runner takes them in proportion over the repeats (``perf_plugin.replay.repeat_mix``): that row of
+four models went from 0.822-0.932 of its in-model time to 0.878-0.983 (H200, docs/coverage.md).
+
 The slots name shapes and dtypes, the replay's inputs are tensors: each slot, in order, claims
 the first not yet claimed tensor of its shape and dtype among the inputs.
 """
@@ -21,13 +28,19 @@ the first not yet claimed tensor of its shape and dtype among the inputs.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.reuse_calls_cell import EIGHTHS, parse_reuse_calls_cell
 from perf_plugin.database.reuse_cell import parse_reuse_cell
-from perf_plugin.database.schema import PROFILING_INPUT_REUSE, PROFILING_INPUT_REUSE_SPREAD
+from perf_plugin.database.schema import (
+    PROFILING_INPUT_REUSE,
+    PROFILING_INPUT_REUSE_CALLS,
+    PROFILING_INPUT_REUSE_SPREAD,
+)
 from perf_plugin.replay.cache_modes import input_storages, tensors_in
 from perf_plugin.replay.placements import matching_tensors
 from perf_plugin.replay.tensors import KernelRow, TensorSpec
@@ -56,12 +69,32 @@ def cached_shares(row: KernelRow, cache_bytes: int) -> tuple[float, ...]:
     its spread straddles ``CACHED_SHARE`` of the cache; () where the row has no cell.
 
     Raises DatabaseError naming the column on a bad cell."""
-    distances = _cell(row, PROFILING_INPUT_REUSE)
-    spreads = _cell(row, PROFILING_INPUT_REUSE_SPREAD)
-    if len(spreads) != len(distances):  # an older row, or a cell of another layout: no ranges
-        spreads = (0.0,) * len(distances)
+    distances = _cell(row, PROFILING_INPUT_REUSE, parse_reuse_cell)
     kept = cache_bytes * CACHED_SHARE
-    return tuple(_share_within(distance, spread, kept) for distance, spread in zip(distances, spreads))
+    return tuple(_share_within(d, spread, kept) for d, spread in zip(distances, _spreads(row, len(distances))))
+
+
+def call_states(row: KernelRow, cache_bytes: int) -> list[tuple[tuple[float, ...], float]]:
+    """The states the row's calls found their inputs in, each as ``cached_shares`` gives it and
+    with the share of calls in it: from the eighths of its calls where the row has them
+    (``Profiling Input Reuse Calls(B)``), else its median's state for every call.
+
+    Raises DatabaseError naming the column on a bad cell."""
+    median = cached_shares(row, cache_bytes)
+    eighths = _cell(row, PROFILING_INPUT_REUSE_CALLS, parse_reuse_calls_cell)
+    if len(eighths) != len(median) or not median:  # no cell, or one of another layout
+        return [(median, 1.0)]
+    kept = cache_bytes * CACHED_SHARE
+    spreads = _spreads(row, len(median))
+    states = Counter(
+        tuple(_share_within(slot[k], spread, kept) for slot, spread in zip(eighths, spreads)) for k in range(EIGHTHS)
+    )
+    return [(shares, calls / EIGHTHS) for shares, calls in states.items()]
+
+
+def _spreads(row: KernelRow, slots: int) -> tuple[float, ...]:
+    spreads = _cell(row, PROFILING_INPUT_REUSE_SPREAD, parse_reuse_cell)
+    return spreads if len(spreads) == slots else (0.0,) * slots  # an older row, or another layout: no ranges
 
 
 def _share_within(distance: float, spread: float, kept: float) -> float:
@@ -73,20 +106,20 @@ def _share_within(distance: float, spread: float, kept: float) -> float:
     return min(1.0, max(0.0, (kept - nearest) / (2 * spread)))
 
 
-def _cell(row: KernelRow, column: str) -> tuple[float, ...]:
+def _cell(row: KernelRow, column: str, parse: Callable[[str], tuple[Any, ...]]) -> tuple[Any, ...]:
     try:
-        return parse_reuse_cell(row.attrs.get(column, ""))
+        return parse(row.attrs.get(column, ""))
     except DatabaseError as exc:
         raise exc.located(column=column) from None
 
 
-def input_shares(row: KernelRow, args: Sequence[Any], cache_bytes: int) -> list[tuple[Any, float]]:
+def input_shares(row: KernelRow, args: Sequence[Any], slot_shares: Sequence[float]) -> list[tuple[Any, float]]:
     """The tensors among ``args`` (what ``make_inputs`` built) of the row's slots with evidence,
-    each with the share of it the model found cached (``cached_shares``)."""
+    each with the share of it the model found cached (``slot_shares``: ``cached_shares``)."""
     tensors = tensors_in(args)
     claimed: set[int] = set()
     shares = []
-    for spec, share in zip(row.inputs, cached_shares(row, cache_bytes)):
+    for spec, share in zip(row.inputs, slot_shares):
         if not spec.present:
             continue
         for index, tensor in enumerate(tensors):
@@ -99,7 +132,7 @@ def input_shares(row: KernelRow, args: Sequence[Any], cache_bytes: int) -> list[
 
 def cold_inputs(row: KernelRow, args: Sequence[Any], cache_bytes: int) -> tuple[Any, ...]:
     """The tensors among ``args`` of the row's slots the profiled kernel read from memory."""
-    return tuple(tensor for tensor, share in input_shares(row, args, cache_bytes) if share <= 0)
+    return tuple(tensor for tensor, share in input_shares(row, args, cached_shares(row, cache_bytes)) if share <= 0)
 
 
 @dataclass(frozen=True)
@@ -112,9 +145,23 @@ class CacheSplit:
 
     @staticmethod
     def of(row: KernelRow, args: Sequence[Any], cache_bytes: int, parameters: Sequence[Any]) -> "CacheSplit":
-        """The split of a row's inputs: the model's ``parameters`` and its cold inputs uncached,
-        the inputs it found partly cached partial."""
-        shares = input_shares(row, args, cache_bytes)
+        """The split of a row's inputs as its median call found them (``cached_shares``)."""
+        return CacheSplit.with_shares(row, args, cached_shares(row, cache_bytes), parameters)
+
+    @staticmethod
+    def mixture(row: KernelRow, args: Sequence[Any], cache_bytes: int,
+                parameters: Sequence[Any]) -> list[tuple["CacheSplit", float]]:
+        """A split per state the row's calls found their inputs in, with its share of the calls
+        (``call_states``)."""
+        return [(CacheSplit.with_shares(row, args, shares, parameters), calls)
+                for shares, calls in call_states(row, cache_bytes)]
+
+    @staticmethod
+    def with_shares(row: KernelRow, args: Sequence[Any], slot_shares: Sequence[float],
+                    parameters: Sequence[Any]) -> "CacheSplit":
+        """The split of a row's inputs: the model's ``parameters`` and the inputs of no share
+        cached uncached, those of a share between partial (``slot_shares``, per slot)."""
+        shares = input_shares(row, args, slot_shares)
         skipped = {id(tensor) for tensor in parameters}
         cold = tuple(tensor for tensor, share in shares if share <= 0 and id(tensor) not in skipped)
         partial = tuple((t, share) for t, share in shares if 0 < share < 1 and id(t) not in skipped)

@@ -30,6 +30,7 @@ from perf_plugin.replay.cache_modes import (
 from perf_plugin.replay.code_eviction import CodeCache, code_cache_state, code_eviction, in_order
 from perf_plugin.replay.dirty_lines import dirty_bytes, dirty_lines
 from perf_plugin.replay.cold_inputs import CacheSplit, has_reuse_evidence
+from perf_plugin.replay.repeat_mix import in_proportion
 from perf_plugin.replay.op_mapping import resolve_replay
 from perf_plugin.replay.placements import (
     DEFAULT_INPUT_PLACEMENTS,
@@ -42,7 +43,7 @@ from perf_plugin.run.case_outcomes import CaseFailure, CaseSkip, bad_cells_fail
 from perf_plugin.run.launcher import case_launcher
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from perf_plugin.backends.base import Backend
     from perf_plugin.candidates.tester import CandidateJudge
@@ -225,26 +226,29 @@ class ReplayRunner:
         seed: int,
         cycle: PlacementCycle | None = None,
     ) -> tuple[Any, Callable[[Callable[..., Any]], Any]]:
-        """The step before every repeat of the case's kernel (``_before_repeat``; with ``cycle``,
-        the next placement's), and a maker of the same step for another function of the
-        replay's inputs (a candidate), whose own code the step fetches where the row's is
-        fetched."""
+        """The step before every repeat of the case's kernel (``_before_repeat``, per state the
+        row's calls found their inputs in, in proportion: ``_cache_splits``; with ``cycle``, the
+        next placement's), and a maker of the same step for another function of the replay's
+        inputs (a candidate), whose own code the step fetches where the row's is fetched."""
         assert case.row is not None
-        split = self._cache_split(case, replay, args, mode)
+        splits = self._cache_splits(case, replay, args, mode)
         code = self._code_state(case, mode)
-        dirty = self._dirty_bytes(case, args, split, mode)
         fetch_inputs = self._fetch_inputs(replay, case.row, seed, code)
         fetch = None if fetch_inputs is None else _bind(*case_launcher(self.backend, replay, case.row, fetch_inputs))
 
+        def mixed(inputs: tuple[Any, ...], splits_of: Sequence[tuple[CacheSplit, float]], fetch_code: Any) -> Any:
+            return in_proportion([
+                (self._before_repeat(inputs, mode, split, code, fetch_code, self._dirty_bytes(case, inputs, split, mode)),
+                 calls) for split, calls in splits_of
+            ])
+
         def steps_for(function: Callable[..., Any]) -> Any:
-            fetch_own = None if fetch_inputs is None else _bind(function, fetch_inputs)
-            return self._before_repeat(args, mode, split, code, fetch_own, dirty)
+            return mixed(args, splits, None if fetch_inputs is None else _bind(function, fetch_inputs))
 
         if cycle is None:
-            return self._before_repeat(args, mode, split, code, fetch, dirty), steps_for
-        per_set = [
-            self._before_repeat(copy, mode, split.for_copy(args, copy), code, fetch, dirty) for copy in cycle.input_sets
-        ]
+            return mixed(args, splits, fetch), steps_for
+        per_set = [mixed(copy, [(split.for_copy(args, copy), calls) for split, calls in splits], fetch)
+                   for copy in cycle.input_sets]
         return cycle.steps(per_set), steps_for
 
     def _dirty_bytes(self, case: "Case", args: tuple[Any, ...], split: CacheSplit, mode: str) -> int:
@@ -256,14 +260,17 @@ class ReplayRunner:
         with bad_cells_fail(case):
             return dirty_bytes(case.row, self._last_level_cache(), rewritten)
 
-    def _cache_split(self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str) -> CacheSplit:
-        """What ``produced`` leaves out of the cache: the model's parameters, the inputs the row's
+    def _cache_splits(
+        self, case: "Case", replay: "OpReplay", args: tuple[Any, ...], mode: str
+    ) -> list[tuple[CacheSplit, float]]:
+        """What ``produced`` leaves out of the cache, per state the row's calls found their
+        inputs in, with its share of the calls: the model's parameters, the inputs the row's
         profile shows were read from memory, and the part of others it shows was (``cold_inputs``)."""
         assert case.row is not None
         if mode != "produced":
-            return CacheSplit()
+            return [(CacheSplit(), 1.0)]
         with bad_cells_fail(case):
-            return CacheSplit.of(case.row, args, self._last_level_cache(), replay.parameters(case.row, args))
+            return CacheSplit.mixture(case.row, args, self._last_level_cache(), replay.parameters(case.row, args))
 
     def _timed_call(self, function: Any, args: tuple[Any, ...], mode: str) -> Any:
         """The call the warm-up and repeats run: on the same inputs, on rotating copies (rotate),
