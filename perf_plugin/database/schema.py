@@ -74,6 +74,13 @@ PROFILING_INPUT_REUSE_SPREAD = "Profiling Input Reuse Spread(B)"
 # (perf_plugin.database.reuse_calls_cell): a replay reads its inputs from where each eighth of the
 # model's calls found them, on an eighth of its repeats each (perf_plugin.replay.cold_inputs).
 PROFILING_INPUT_REUSE_CALLS = "Profiling Input Reuse Calls(B)"
+# Per input slot, the bytes the device moved between the last use of the input's memory before
+# its producer wrote it and that write (the median over the row's calls; the cell's format is the
+# distance's; only where an execution trace named the storages: perf_plugin.ingest.input_reuse).
+# A producer that writes part of a sector whose line has left the cache leaves it partly valid, and
+# the reader fetches the rest from memory; a replay writes such an input as its producer did
+# (perf_plugin.replay.cache_modes.produce_inputs).
+PROFILING_INPUT_BLOCK_REUSE = "Profiling Input Block Reuse Distance(B)"
 # Per input slot, quantiles of the values a floating input held in the profiled model, where an
 # input-value capture recorded them (top-k's input: perf_plugin.database.quantiles_cell).
 # A replay draws that input from them; a row without the cell draws its default.

@@ -50,7 +50,7 @@ from perf_plugin.database.kernel_breakdown import format_breakdown
 from perf_plugin.database.depths_cell import depths_cell
 from perf_plugin.database.quantiles_cell import quantiles_cell
 from perf_plugin.database.reuse_calls_cell import reuse_calls_cell
-from perf_plugin.database.reuse_cell import reuse_cell
+from perf_plugin.database.reuse_cell import NO_PRODUCER, reuse_cell
 from perf_plugin.database.schema import (
     DETAIL_COLUMNS,
     IDENTITY_COLUMNS,
@@ -59,6 +59,7 @@ from perf_plugin.database.schema import (
     PROFILING_COUNT,
     PROFILING_INPUT_QUANTILES,
     PROFILING_INPUT_REUSE,
+    PROFILING_INPUT_BLOCK_REUSE,
     PROFILING_INPUT_REUSE_CALLS,
     PROFILING_INPUT_REUSE_SPREAD,
     PROFILING_KERNELS,
@@ -78,6 +79,9 @@ KERNEL_TIMES = "_kernel_ns"
 INPUT_REUSE = "_input_reuse"
 # Frame column of a trace sample's half-range of those distances per input slot (a tuple; likewise).
 INPUT_REUSE_SPREAD = "_input_reuse_spread"
+# Frame column of a trace sample's inputs' block reuse distances (a tuple per input slot, ``math.inf``
+# where unknown: perf_plugin.ingest.input_reuse.InputReuse; traces with an execution trace).
+INPUT_BLOCK_REUSE = "_input_block_reuse"
 # Frame column of a trace sample's code reuse distance in bytes (a float; traces with device kernels).
 CODE_REUSE_BYTES = "_code_reuse_bytes"
 # Frame column of a trace sample's floating inputs' quantiles, as a capture recorded them (a dict of
@@ -115,6 +119,7 @@ class AggregatedRow:
     input_reuse: str = ""  # the Profiling Input Reuse Distance(B) cell ("" when not known)
     input_reuse_spread: str = ""  # the Profiling Input Reuse Spread(B) cell (likewise)
     input_reuse_calls: str = ""  # the Profiling Input Reuse Calls(B) cell ("" where the calls agree)
+    input_block_reuse: str = ""  # the Profiling Input Block Reuse Distance(B) cell ("" when not known)
     code_reuse: str = ""  # the Profiling Code Reuse Distance(B) cell ("" when not known)
     input_quantiles: str = ""  # the Profiling Input Quantiles cell ("" when no call recorded them)
     selection_depths: str = ""  # the Profiling Selection Depths cell (likewise)
@@ -140,6 +145,8 @@ class AggregatedRow:
             values[PROFILING_INPUT_REUSE_SPREAD] = self.input_reuse_spread
         if self.input_reuse_calls:
             values[PROFILING_INPUT_REUSE_CALLS] = self.input_reuse_calls
+        if self.input_block_reuse:
+            values[PROFILING_INPUT_BLOCK_REUSE] = self.input_block_reuse
         if self.code_reuse:
             values[PROFILING_CODE_REUSE] = self.code_reuse
         if self.input_quantiles:
@@ -169,7 +176,7 @@ def _identity(group_key: Sequence[str], key: Sequence[Any], first: Sequence[Any]
 
 # The text fields of a row and the statistics' column each comes from.
 _TEXT_FIELDS = {"kernels": "kernels", "input_reuse": "reuse", "input_reuse_spread": "reuse_spread",
-                "input_reuse_calls": "reuse_calls", "code_reuse": "code_reuse", "input_quantiles": INPUT_QUANTILES, "selection_depths": INPUT_DEPTHS}
+                "input_reuse_calls": "reuse_calls", "input_block_reuse": "block_reuse", "code_reuse": "code_reuse", "input_quantiles": INPUT_QUANTILES, "selection_depths": INPUT_DEPTHS}
 
 
 def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
@@ -183,7 +190,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     group_key = (*GROUP_KEY, *details)
     frame = frame.assign(_order=np.arange(len(frame)))
     groups = frame.groupby(list(group_key), observed=True, sort=False, dropna=False)
-    reuse_columns = [name for name in (INPUT_REUSE, INPUT_REUSE_SPREAD) if name in frame.columns]
+    reuse_columns = [name for name in (INPUT_REUSE, INPUT_REUSE_SPREAD, INPUT_BLOCK_REUSE) if name in frame.columns]
     stats = _group_statistics(groups, with_kernels=KERNEL_TIMES in frame.columns, reuse_columns=reuse_columns)
     _add_captured_cells(stats, groups, frame)
     first = groups[list(_FROM_FIRST_SAMPLE)].first()
@@ -218,6 +225,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
                 input_reuse=str(text_cells["input_reuse"][i]),
                 input_reuse_spread=str(text_cells["input_reuse_spread"][i]),
                 input_reuse_calls=str(text_cells["input_reuse_calls"][i]),
+                input_block_reuse=str(text_cells["input_block_reuse"][i]),
                 code_reuse=str(text_cells["code_reuse"][i]),
                 input_quantiles=str(text_cells["input_quantiles"][i]),
                 selection_depths=str(text_cells["selection_depths"][i]),
@@ -253,12 +261,20 @@ def _group_statistics(groups: Any, with_kernels: bool, reuse_columns: Sequence[s
         stats["kernels"] = groups[KERNEL_TIMES].agg(_mean_kernel_times)
     if INPUT_REUSE_SPREAD in reuse_columns:
         stats["reuse_spread"] = groups[INPUT_REUSE_SPREAD].agg(lambda samples: reuse_cell(list(samples)))
+    if INPUT_BLOCK_REUSE in reuse_columns:
+        stats["block_reuse"] = groups[INPUT_BLOCK_REUSE].agg(_known_reuse_cell)
     if INPUT_REUSE in reuse_columns:
         stats["reuse"] = groups[INPUT_REUSE].agg(lambda samples: reuse_cell(list(samples)))
         stats["reuse_calls"] = groups[INPUT_REUSE].agg(lambda samples: reuse_calls_cell(list(samples)))
         # the code's distance is a cell of one slot, with the same median and ``-``
         stats["code_reuse"] = groups[CODE_REUSE_BYTES].agg(lambda samples: reuse_cell([(d,) for d in samples]))
     return stats
+
+
+def _known_reuse_cell(samples: pd.Series) -> str:
+    """A group's reuse cell (``reuse_cell``), or "" where no slot of any call is known."""
+    cell = reuse_cell(list(samples))
+    return cell if any(token != NO_PRODUCER for token in cell.split(";")) else ""
 
 
 def _mean_kernel_times(samples: pd.Series) -> str:

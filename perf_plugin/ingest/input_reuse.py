@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from perf_plugin.database.shapes import numel
 from perf_plugin.database.signature import normalise_dtype
@@ -142,10 +143,33 @@ def reuse_distances_and_spreads(
     """``reuse_distances``, and per slot half the range of bytes moved over which the input's
     bytes were last used (``math.inf`` where it has no producer): its bytes lie that far either
     side of its distance."""
+    reuse = input_reuse(ops, starts, released, storages)
+    return reuse.distances, reuse.spreads
+
+
+class InputReuse(NamedTuple):
+    """Per operator (in device order), per input slot: ``reuse_distances``, their spreads
+    (``reuse_distances_and_spreads``), and the bytes moved between the last use of the input's
+    storage before its producer wrote it and that write (``math.inf`` where no execution trace
+    named the storage or it had no earlier use): whether the producer wrote into lines in the cache."""
+
+    distances: list[tuple[float, ...]]
+    spreads: list[tuple[float, ...]]
+    block_reuse: list[tuple[float, ...]]
+
+
+def input_reuse(
+    ops: Sequence[MappedOp],
+    starts: Sequence[int] | None = None,
+    released: Sequence[tuple[int | None, ...]] | None = None,
+    storages: Sequence[SlotStorages | None] | None = None,
+) -> InputReuse:
+    """What ``InputReuse`` holds, for ``ops`` (the arguments as ``reuse_distances``')."""
     outputs = RecentOutputs()
     moved = 0.0
     distances: list[tuple[float, ...]] = []
     spreads: list[tuple[float, ...]] = []
+    blocks: list[tuple[float, ...]] = []
     for index, op in enumerate(ops):
         now = starts[index] if starts is not None else None
         known = storages[index] if storages is not None else None
@@ -153,6 +177,8 @@ def reuse_distances_and_spreads(
         last_uses = [outputs.last_use(chosen) if chosen is not None else None for chosen, _ in matched]
         distances.append(tuple(math.inf if use is None else moved - use[0] for use in last_uses))
         spreads.append(tuple(math.inf if use is None else use[1] for use in last_uses))
+        blocks.append(tuple(math.inf if chosen is None else outputs.block_reuse.get(chosen.serial, math.inf)
+                            for chosen, _ in matched))
         read = sum(slot_bytes(slot) for slot in op.inputs)
         # inputs are read halfway through this operator; only a read whose tensor no other could
         # be counts, since a wrong pairing refreshed by every read would keep a tensor long
@@ -164,7 +190,7 @@ def reuse_distances_and_spreads(
         ends = released[index] if released is not None else ()
         _record_outputs(op, outputs, index, (moved + read - after, after), ends, now, known)
         moved += read + sum(slot_bytes(slot) for slot in op.outputs)
-    return distances, spreads
+    return InputReuse(distances, spreads, blocks)
 
 
 def _matched_inputs(

@@ -49,6 +49,7 @@ from perf_plugin.database.schema import (
     PROFILING_DURATION_COLUMNS,
     PROFILING_INPUT_QUANTILES,
     PROFILING_INPUT_REUSE,
+    PROFILING_INPUT_BLOCK_REUSE,
     PROFILING_INPUT_REUSE_CALLS,
     PROFILING_INPUT_REUSE_SPREAD,
     PROFILING_KERNELS,
@@ -119,6 +120,7 @@ _OPTIONAL_AFTER_COUNT: tuple[tuple[str, Callable[[AggregatedRow], str]], ...] = 
     (PROFILING_SELECTION_DEPTHS, lambda row: row.selection_depths),
     (PROFILING_INPUT_REUSE_SPREAD, lambda row: row.input_reuse_spread),
     (PROFILING_INPUT_REUSE_CALLS, lambda row: row.input_reuse_calls),
+    (PROFILING_INPUT_BLOCK_REUSE, lambda row: row.input_block_reuse),
 )
 
 

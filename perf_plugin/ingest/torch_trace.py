@@ -42,12 +42,13 @@ from perf_plugin.ingest.aggregate import (
     INPUT_QUANTILES,
     INPUT_REUSE,
     INPUT_REUSE_SPREAD,
+    INPUT_BLOCK_REUSE,
     KERNEL_TIMES,
 )
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
 from perf_plugin.ingest.code_reuse import code_reuse_bytes, code_reuse_distances
 from perf_plugin.ingest.execution_trace import ExecutionTrace, execution_trace_for, storages_of
-from perf_plugin.ingest.input_reuse import reuse_distances_and_spreads
+from perf_plugin.ingest.input_reuse import input_reuse
 from perf_plugin.ingest.input_values import ValuesAttachment, attach_values, values_for_trace
 from perf_plugin.ingest.tensor_lifetimes import release_times
 from perf_plugin.ingest.list_dtypes import (
@@ -163,18 +164,17 @@ def _record_reuse(
     launched.sort(key=lambda item: item[0].start_ns)
     released = release_times([(op, mapped) for op, _, mapped in launched], memory) if memory else None
     storages = [storages_of(mapped, op, execution) for op, _, mapped in launched] if execution is not None else None
-    distances, spreads = reuse_distances_and_spreads(
-        [mapped for _, _, mapped in launched], [op.start_ns for op, _, _ in launched], released, storages
-    )
+    reuse = input_reuse([mapped for _, _, mapped in launched], [op.start_ns for op, _, _ in launched], released, storages)
     kernels = [list(record[KERNEL_TIMES]) for _, record, _ in launched]
     code = code_reuse_distances(kernels)
     ops = [mapped for _, _, mapped in launched]
     code_bytes = code_reuse_bytes(kernels, ops)
-    for (_, record, _), per_slot, spread, code_distance, code_moved, write_share in zip(
-        launched, distances, spreads, code, code_bytes, recent_write_shares(ops)
+    for (_, record, _), per_slot, spread, block, code_distance, code_moved, write_share in zip(
+        launched, reuse.distances, reuse.spreads, reuse.block_reuse, code, code_bytes, recent_write_shares(ops)
     ):
         record[INPUT_REUSE] = per_slot
         record[INPUT_REUSE_SPREAD] = spread
+        record[INPUT_BLOCK_REUSE] = block
         record[CODE_REUSE] = code_distance
         record[CODE_REUSE_BYTES] = code_moved
         record[RECENT_WRITE_SHARE] = write_share
@@ -205,7 +205,7 @@ def _sample_frame(records: list[dict[str, Any]], device_trace: bool) -> pd.DataF
     columns = [col.TYPE, *IDENTITY_COLUMNS, *DETAIL_COLUMNS, col.DURATION]
     if device_trace:
         columns += [KERNEL_TIMES, LAUNCHED_IDLE, CODE_REUSE, RECENT_WRITE_SHARE, INPUT_REUSE, INPUT_REUSE_SPREAD,
-                    CODE_REUSE_BYTES]
+                    INPUT_BLOCK_REUSE, CODE_REUSE_BYTES]
     # where a capture recorded some (top-k's input)
     columns += [name for name in CAPTURED_COLUMNS if any(record[name] for record in records)]
     frame = pd.DataFrame.from_records(records, columns=columns)

@@ -56,6 +56,8 @@ class RecentOutputs:
         self.converted: dict[str, set[int]] = {}  # dtype -> the serials a Cast has converted to it
         # storage -> its latest write, where an execution trace names storages (``record_storages``)
         self.by_storage: dict[int, Written] = {}
+        # serial -> bytes moved between the last use of its storage before it and its write
+        self.block_reuse: dict[int, float] = {}
 
     def last_use(self, written: Written) -> tuple[float, float]:
         """Bytes moved at its last use (write or read), on average over its bytes, and half the range."""
@@ -81,15 +83,19 @@ class RecentOutputs:
     def record_storages(self, tensors: Sequence[TracedTensor], written: Sequence[Written], producer: int,
                         at: tuple[float, float]) -> None:
         """The storages an operator wrote (an execution trace's), each as the output of its shape
-        among ``written`` (a tensor no output slot has stands alone, found by storage only)."""
+        among ``written`` (a tensor no output slot has stands alone, found by storage only), and how
+        many bytes moved since the storage's previous use (``block_reuse``; none where it had none)."""
         unclaimed = list(written)
         for tensor in tensors:
+            previous = self.by_storage.get(tensor.storage)
             match = next((w for w in unclaimed if w.shape == tensor.shape), None)
             if match is None:
                 match = Written(self.serial, "", tensor.shape, *at, producer, None)
                 self.serial += 1
             else:
                 unclaimed.remove(match)
+            if previous is not None and previous is not match:
+                self.block_reuse[match.serial] = at[0] - self.last_use(previous)[0]
             self.by_storage[tensor.storage] = match
 
     def candidates(
