@@ -93,7 +93,7 @@ def test_produced_repeats_cycle_placements_each_rewritten_before_its_call(monkey
 
         return run, args
 
-    def recording_produce(evict: Any, storages: list[torch.Tensor]) -> Any:
+    def recording_produce(evict: Any, storages: list[torch.Tensor], written_evicted: Any = ()) -> Any:
         return lambda: rewrites.append([storage.data_ptr() for storage in storages])
 
     monkeypatch.setattr(runner_module, "case_launcher", recording_launcher)

@@ -37,6 +37,7 @@ from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.reuse_calls_cell import EIGHTHS, parse_reuse_calls_cell
 from perf_plugin.database.reuse_cell import parse_reuse_cell
 from perf_plugin.database.schema import (
+    PROFILING_INPUT_BLOCK_REUSE,
     PROFILING_INPUT_REUSE,
     PROFILING_INPUT_REUSE_CALLS,
     PROFILING_INPUT_REUSE_SPREAD,
@@ -142,30 +143,38 @@ class CacheSplit:
 
     uncached: tuple[Any, ...] = ()
     partial: tuple[tuple[Any, float], ...] = ()
+    # inputs their producers wrote into lines out of the cache (``evicted_writes``)
+    written_evicted: tuple[Any, ...] = ()
 
     @staticmethod
     def of(row: KernelRow, args: Sequence[Any], cache_bytes: int, parameters: Sequence[Any]) -> "CacheSplit":
         """The split of a row's inputs as its median call found them (``cached_shares``)."""
-        return CacheSplit.with_shares(row, args, cached_shares(row, cache_bytes), parameters)
+        evicted = evicted_writes(row, args, cache_bytes)
+        return CacheSplit.with_shares(row, args, cached_shares(row, cache_bytes), parameters, evicted)
 
     @staticmethod
     def mixture(row: KernelRow, args: Sequence[Any], cache_bytes: int,
                 parameters: Sequence[Any]) -> list[tuple["CacheSplit", float]]:
         """A split per state the row's calls found their inputs in, with its share of the calls
         (``call_states``)."""
-        return [(CacheSplit.with_shares(row, args, shares, parameters), calls)
+        evicted = evicted_writes(row, args, cache_bytes)
+        return [(CacheSplit.with_shares(row, args, shares, parameters, evicted), calls)
                 for shares, calls in call_states(row, cache_bytes)]
 
     @staticmethod
     def with_shares(row: KernelRow, args: Sequence[Any], slot_shares: Sequence[float],
-                    parameters: Sequence[Any]) -> "CacheSplit":
+                    parameters: Sequence[Any], written_evicted: tuple[Any, ...] = ()) -> "CacheSplit":
         """The split of a row's inputs: the model's ``parameters`` and the inputs of no share
         cached uncached, those of a share between partial (``slot_shares``, per slot)."""
         shares = input_shares(row, args, slot_shares)
         skipped = {id(tensor) for tensor in parameters}
         cold = tuple(tensor for tensor, share in shares if share <= 0 and id(tensor) not in skipped)
         partial = tuple((t, share) for t, share in shares if 0 < share < 1 and id(t) not in skipped)
-        return CacheSplit((*parameters, *cold), partial)
+        return CacheSplit((*parameters, *cold), partial, written_evicted)
+
+    def evicted_storages(self) -> list[Any]:
+        """The storages of ``written_evicted`` (flat byte tensors, as ``rewritten``'s)."""
+        return input_storages(self.written_evicted)
 
     def rewritten(self, args: tuple[Any, ...]) -> list[Any]:
         """The flat byte tensors ``produced`` rewrites: the storages of ``args`` but the uncached
@@ -181,7 +190,20 @@ class CacheSplit:
     def for_copy(self, args: tuple[Any, ...], copy: tuple[Any, ...]) -> "CacheSplit":
         """The same split of ``copy``, a copy of ``args`` (``placements``)."""
         partial = tuple((c, share) for t, share in self.partial for c in matching_tensors((t,), args, copy))
-        return CacheSplit(matching_tensors(self.uncached, args, copy), partial)
+        evicted = matching_tensors(self.written_evicted, args, copy)
+        return CacheSplit(matching_tensors(self.uncached, args, copy), partial, evicted)
+
+
+def evicted_writes(row: KernelRow, args: Sequence[Any], cache_bytes: int) -> tuple[Any, ...]:
+    """The tensors among ``args`` of the row's slots whose memory the model had not used for
+    ``CACHED_SHARE`` of the cache when their producer wrote them (``Profiling Input Block Reuse
+    Distance(B)``; a slot it does not know is not one): their lines were out of the cache then.
+
+    Raises DatabaseError naming the column on a bad cell."""
+    blocks = _cell(row, PROFILING_INPUT_BLOCK_REUSE, parse_reuse_cell)
+    kept = cache_bytes * CACHED_SHARE
+    flags = [1.0 if math.isfinite(distance) and distance >= kept else 0.0 for distance in blocks]
+    return tuple(tensor for tensor, flag in input_shares(row, args, flags) if flag)
 
 
 def _matches(tensor: Any, spec: TensorSpec) -> bool:

@@ -180,7 +180,7 @@ class ReplayRunner:
             evict = in_order(evict, fetch_code, self._code_eviction())
         if mode == "produced":
             evict = in_order(evict, dirty_lines(self._buffer(), dirty))
-            return produce_inputs(evict, split.rewritten(args))
+            return produce_inputs(evict, split.rewritten(args), split.evicted_storages())
         return evict
 
     def _code_state(self, case: "Case", mode: str) -> CodeCache:
