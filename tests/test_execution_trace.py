@@ -96,6 +96,17 @@ def test_a_tensor_list_is_flattened_in_argument_order(tmp_path: Path) -> None:
     assert misaligned is not None and misaligned.inputs == (None, None)
 
 
+def test_the_execution_trace_beside_a_trace_without_device_activity_is_not_read(tmp_path: Path) -> None:
+    """A CPU trace's rows have no reuse distances to name; its execution trace (as large as the
+    trace) is left unread, and a damaged one does not stop the ingest."""
+    shutil.copy(Path(__file__).parent / "fixtures" / "cpu" / "scalar_operand_trace.json", tmp_path / "run.json")
+    (tmp_path / "run.et.json").write_text("{")
+    report = ingest_path(tmp_path / "run.json", None)
+    assert report.rows
+    with pytest.raises(DatabaseError, match="not an execution trace"):  # given explicitly, it is read
+        ingest_path(tmp_path / "run.json", None, execution_trace=tmp_path / "run.et.json")
+
+
 def test_no_execution_trace_beside_a_trace_is_none(tmp_path: Path) -> None:
     assert execution_trace_for(tmp_path / "run.json") is None
 

@@ -220,9 +220,13 @@ def read_trace_file(
 ) -> tuple[ProfileTable, TraceSummary]:
     """The samples of a trace file, with the input values of ``values_path`` (default: the
     ``<trace>.values.json`` beside it, where there is one) attached to their calls, and the
-    tensors of ``execution_path`` (default: the ``<trace>.et.json`` beside it) naming their inputs."""
-    execution = execution_trace_for(Path(path), execution_path)
-    return _with_values(read_chrome_trace(path), values_for_trace(Path(path), values_path), execution)
+    tensors of ``execution_path`` (default: the ``<trace>.et.json`` beside it) naming their inputs.
+    The one beside a trace without device activity is not read: only the device's reuse distances
+    use it."""
+    trace = read_chrome_trace(path)
+    wanted = bool(trace.activities) or execution_path is not None
+    execution = execution_trace_for(Path(path), execution_path) if wanted else None
+    return _with_values(trace, values_for_trace(Path(path), values_path), execution)
 
 
 def _with_values(
