@@ -30,7 +30,6 @@ from perf_plugin.replay.cache_modes import (
 from perf_plugin.replay.code_eviction import CodeCache, code_cache_state, code_eviction, in_order
 from perf_plugin.replay.dirty_lines import dirty_bytes, dirty_lines
 from perf_plugin.replay.cold_inputs import CacheSplit, has_reuse_evidence
-from perf_plugin.replay.launch_context import launched_idle
 from perf_plugin.replay.repeat_mix import in_proportion
 from perf_plugin.replay.op_mapping import resolve_replay
 from perf_plugin.replay.placements import (
@@ -273,11 +272,11 @@ class ReplayRunner:
         with bad_cells_fail(case):
             return CacheSplit.mixture(case.row, args, self._last_level_cache(), replay.parameters(case.row, args))
 
-    def _timed_call(self, function: Any, args: tuple[Any, ...], mode: str, idle_launch: bool = False) -> Any:
+    def _timed_call(self, function: Any, args: tuple[Any, ...], mode: str) -> Any:
         """The call the warm-up and repeats run: on the same inputs, on rotating copies (rotate),
-        or launched once the device is idle (idle, and ``idle_launch``: ``launch_context``; the
-        wait is on the host, so the timed range holds no work but the call's)."""
-        if mode == "idle" or idle_launch:
+        or launched once the device is idle (idle: the wait is on the host, so the timed range
+        holds no work but the call's)."""
+        if mode == "idle":
             return _after_idle(self.backend.synchronize, function, args)
         if mode != "rotate":
             return _bind(function, args)
@@ -338,10 +337,8 @@ class ReplayRunner:
             except VerificationError as exc:
                 raise CaseFailure(str(exc)) from None
             del outputs, reference
-            with bad_cells_fail(case):
-                idle_launch = mode == "produced" and launched_idle(case.row)
             try:
-                run_once = self._timed_call(function, call_args, mode, idle_launch)
+                run_once = self._timed_call(function, call_args, mode)
             except RuntimeError as exc:
                 if "out of memory" in str(exc).lower():
                     raise CaseSkip(f"out of device memory for the {mode} cache mode") from None
@@ -350,13 +347,13 @@ class ReplayRunner:
                 run_once()
             cycle = self._placements(args, call_args, mode)
             if cycle is not None:
-                run_once = self._timed_call(cycle.call(function), (), mode, idle_launch)
+                run_once = self._timed_call(cycle.call(function), (), mode)
             before_repeat, steps_for = self._repeat_steps(case, replay, args, mode, seed, cycle)
             self.collector.measure(case.ref, run_once, self.repeat_count, before_repeat)
             del run_once, function, call_args, before_repeat, cycle  # releases copies of the inputs with the inputs
             if self.candidate_judge is not None:
                 self.candidate_judge.judge(
-                    case, replay, args, functools.partial(self._timed_call, mode=mode, idle_launch=idle_launch), steps_for
+                    case, replay, args, functools.partial(self._timed_call, mode=mode), steps_for
                 )
         finally:
             del args
