@@ -276,3 +276,26 @@ def test_a_tensor_converted_once_is_no_candidate_for_a_second_conversion_to_that
     # and an operator other than a conversion still reads it
     scale = op([((2304,), BF16)], [((2304,), BF16)])
     assert reuse_distances([projection, x_float, scale])[2] != (math.inf,)
+
+
+def _decode_grouped_gemm(ends: tuple[int, ...] | None) -> MappedOp:
+    """A decode step's grouped GEMM: 2 rows over 8 experts' [4096, 28672] weights, the groups'
+    cumulative end rows as an input-value capture records them (or none recorded)."""
+    inputs = (Slot((2, 4096), BF16), Slot((8, 4096, 28672), BF16), *(Slot(None, "") for _ in range(5)),
+              Slot((8,), "INT64"))
+    values = (None,) * 7 + (ends,) if ends is not None else ()
+    return MappedOp("GroupedMatmul", inputs, (Slot((2, 28672), BF16),), values=values)
+
+
+@pytest.mark.parametrize(("ends", "experts_read"), [((0, 1, 1, 1, 2, 2, 2, 2), 2), ((1, 2, 2, 2, 2, 2, 2, 2), 2),
+                                                     ((0, 0, 0, 0, 0, 0, 0, 2), 1), (None, 8)])
+def test_a_grouped_gemm_reads_the_weights_of_the_experts_its_groups_routed_rows_to(
+    ends: tuple[int, ...] | None, experts_read: int
+) -> None:
+    """The residual written before the MoE layer is as far from its next reader as the experts
+    the step read: 2 of 8 (117 MB each), not the layer's 940 MB, where the groups are recorded."""
+    expert = 4096 * 28672 * 2
+    residual = op([], [((1, 1, 4096), BF16)])
+    consume = op([((1, 1, 4096), BF16)], [((1, 1, 4096), BF16)])
+    distance = reuse_distances([residual, _decode_grouped_gemm(ends), consume])[2][0]
+    assert experts_read * expert < distance < experts_read * expert + 2**20

@@ -37,7 +37,7 @@ import math
 from collections.abc import Sequence
 
 from perf_plugin.database.schema import CODE_REUSE_CAP
-from perf_plugin.ingest.input_reuse import slot_bytes
+from perf_plugin.ingest.input_reuse import read_bytes, slot_bytes
 from perf_plugin.trace.mapped import MappedOp
 
 
@@ -109,5 +109,5 @@ def code_reuse_bytes(kernels_per_call: Sequence[Sequence[str]], ops: Sequence[Ma
         since = [moved - moved_at_start[name] if name in moved_at_start else math.inf for name in kernels]
         distances.append(max(since, default=math.inf))
         moved_at_start.update(dict.fromkeys(kernels, moved))
-        moved += sum(slot_bytes(slot) for slot in (*op.inputs, *op.outputs))
+        moved += read_bytes(op) + sum(slot_bytes(slot) for slot in op.outputs)
     return distances

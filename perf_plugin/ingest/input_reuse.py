@@ -98,6 +98,8 @@ from perf_plugin.replay.tensors import DTYPES
 from perf_plugin.trace.args import Shape, broadcast, is_contiguous
 from perf_plugin.trace.mapped import MappedOp, Slot
 
+# Kernel types of MoE GEMMs over per-expert weights (``read_bytes``).
+GROUPED_GEMMS = frozenset({"GroupedMatmul"})
 # Kernel types that concatenate their inputs (``_passed_again``).
 CONCATENATIONS = frozenset({"ConcatD"})
 # An operator that reads this many times the bytes it writes is a contraction (``reads_after_write``):
@@ -117,6 +119,29 @@ def slot_bytes(slot: Slot) -> int:
         return 0
     size = DTYPES.get(normalise_dtype(slot.dtype), ("", 0))[1]
     return numel(slot.shape) * size
+
+
+def read_bytes(op: MappedOp) -> int:
+    """The bytes ``op`` reads: its input slots', but of a grouped GEMM's per-expert weights
+    (``[experts, ...]``) only the share of the experts its groups routed rows to, where an
+    input-value capture recorded its groups (the cumulative end row of each, ``Input Values``): a
+    decode step's few tokens read a few experts' weights, not the layer's."""
+    used = _experts_used(op) if op.kernel_type in GROUPED_GEMMS else None
+    total = 0
+    for slot in op.inputs:
+        size = slot_bytes(slot)
+        if used is not None and slot.shape is not None and len(slot.shape) == 3 and slot.shape[0] == used[1]:
+            size = size * used[0] // used[1]
+        total += size
+    return total
+
+
+def _experts_used(op: MappedOp) -> tuple[int, int] | None:
+    """(groups with rows, groups) of the first slot whose values are cumulative group ends."""
+    for ends in op.values:
+        if ends and len(ends) > 1 and ends[0] >= 0 and all(b >= a for a, b in zip(ends, ends[1:])):
+            return sum(1 for start, end in zip((0, *ends), ends) if end > start), len(ends)
+    return None
 
 
 def reuse_distances(
@@ -179,7 +204,7 @@ def input_reuse(
         spreads.append(tuple(math.inf if use is None else use[1] for use in last_uses))
         blocks.append(tuple(math.inf if chosen is None else outputs.block_reuse.get(chosen.serial, math.inf)
                             for chosen, _ in matched))
-        read = sum(slot_bytes(slot) for slot in op.inputs)
+        read = read_bytes(op)
         # inputs are read halfway through this operator; only a read whose tensor no other could
         # be counts, since a wrong pairing refreshed by every read would keep a tensor long
         # evicted (a layer's key cache read as its value cache) in the cache
@@ -245,7 +270,7 @@ def reads_after_write(op: MappedOp) -> float:
     times the bytes read that it writes) writes a tile after the tile's reads; of ``W`` waves of
     tiles (its output elements over ``ONE_WAVE_ELEMENTS``) the average tile is followed by
     ``(W - 1) / 2W`` of the reads: none in one wave, half in many."""
-    read = sum(slot_bytes(slot) for slot in op.inputs)
+    read = read_bytes(op)
     written = sum(slot_bytes(slot) for slot in op.outputs)
     if read < CONTRACTION_RATIO * written or written == 0:
         return read / 2

@@ -28,7 +28,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 
-from perf_plugin.ingest.input_reuse import slot_bytes
+from perf_plugin.ingest.input_reuse import read_bytes, slot_bytes
 from perf_plugin.trace.mapped import MappedOp
 
 # The traffic a share is taken over: about the last-level cache of the GPUs it was measured on
@@ -48,7 +48,7 @@ def recent_write_shares(ops: Sequence[MappedOp], window: float | None = None) ->
     for op in ops:
         shares.append(_share(recent, traffic, written, window))
         out = float(sum(slot_bytes(slot) for slot in op.outputs))
-        moved = float(sum(slot_bytes(slot) for slot in op.inputs)) + out
+        moved = float(read_bytes(op)) + out
         recent.append((moved, out))
         traffic, written = traffic + moved, written + out
         # the oldest operator leaves once the window holds enough traffic without it
