@@ -109,3 +109,12 @@ def test_produced_writes_an_evicted_sub_sector_input_without_reading_it_and_mult
     assert rewrites == [("aten::mul_", [32]), ("aten::copy_", [4])]
     assert statistic.item() == 3.0 and bool((x == 2.0).all())
     assert CacheSplit.of(_row(""), (statistic, x), 10000, parameters=()).written_evicted == ()  # no evidence
+
+
+def test_a_placements_copy_keeps_which_inputs_were_written_into_evicted_lines() -> None:
+    statistic, x = torch.full((1, 1, 1), 3.0), torch.full((1, 1, 8), 2.0)
+    split = CacheSplit.of(_row("9000;100"), (statistic, x), 10000, parameters=())
+    copy = (statistic.clone(), x.clone())
+    moved = split.for_copy((statistic, x), copy)
+    assert [t.data_ptr() for t in moved.written_evicted] == [copy[0].data_ptr()]
+    assert [s.data_ptr() for s in moved.evicted_storages()] == [copy[0].data_ptr()]
