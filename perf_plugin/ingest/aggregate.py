@@ -104,6 +104,20 @@ GROUP_KEY: tuple[str, ...] = (
 _FROM_FIRST_SAMPLE = tuple(name for name in IDENTITY_COLUMNS if name not in GROUP_KEY)
 
 
+# The text cells ingest writes after ``Profiling Count``, in the header order of a new file, and
+# the ``AggregatedRow`` field that holds each ("" where a row has none).
+TEXT_CELLS: tuple[tuple[str, str], ...] = (
+    (PROFILING_KERNELS, "kernels"),
+    (PROFILING_INPUT_REUSE, "input_reuse"),
+    (PROFILING_CODE_REUSE, "code_reuse"),
+    (PROFILING_INPUT_QUANTILES, "input_quantiles"),
+    (PROFILING_SELECTION_DEPTHS, "selection_depths"),
+    (PROFILING_INPUT_REUSE_SPREAD, "input_reuse_spread"),
+    (PROFILING_INPUT_REUSE_CALLS, "input_reuse_calls"),
+    (PROFILING_INPUT_BLOCK_REUSE, "input_block_reuse"),
+)
+
+
 @dataclass(frozen=True)
 class AggregatedRow:
     """One database row: identity cells as the profiler wrote them, and the statistics."""
@@ -137,22 +151,10 @@ class AggregatedRow:
         for counter, value in self.counters.items():
             values[profiling_counter_column(counter)] = format_value(value)
         values[PROFILING_COUNT] = str(self.count)
-        if self.kernels:
-            values[PROFILING_KERNELS] = self.kernels
-        if self.input_reuse:
-            values[PROFILING_INPUT_REUSE] = self.input_reuse
-        if self.input_reuse_spread:
-            values[PROFILING_INPUT_REUSE_SPREAD] = self.input_reuse_spread
-        if self.input_reuse_calls:
-            values[PROFILING_INPUT_REUSE_CALLS] = self.input_reuse_calls
-        if self.input_block_reuse:
-            values[PROFILING_INPUT_BLOCK_REUSE] = self.input_block_reuse
-        if self.code_reuse:
-            values[PROFILING_CODE_REUSE] = self.code_reuse
-        if self.input_quantiles:
-            values[PROFILING_INPUT_QUANTILES] = self.input_quantiles
-        if self.selection_depths:
-            values[PROFILING_SELECTION_DEPTHS] = self.selection_depths
+        for column, name in TEXT_CELLS:
+            cell = getattr(self, name)
+            if cell:
+                values[column] = cell
         return values
 
 

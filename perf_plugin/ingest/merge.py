@@ -30,6 +30,7 @@ plain cells, a profiler-style file gets the embedded-quote form.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,17 +44,9 @@ from perf_plugin.database.schema import (
     IDENTITY_COLUMNS,
     INPUT_STRIDES,
     MICROBENCH_AVERAGE,
-    PROFILING_CODE_REUSE,
     PROFILING_COUNT,
     PROFILING_COUNTER_PREFIX,
     PROFILING_DURATION_COLUMNS,
-    PROFILING_INPUT_QUANTILES,
-    PROFILING_INPUT_REUSE,
-    PROFILING_INPUT_BLOCK_REUSE,
-    PROFILING_INPUT_REUSE_CALLS,
-    PROFILING_INPUT_REUSE_SPREAD,
-    PROFILING_KERNELS,
-    PROFILING_SELECTION_DEPTHS,
     SIGNATURE_COLUMNS,
     microbench_counter_column,
 )
@@ -64,7 +57,7 @@ from perf_plugin.database.shapes import (
 )
 from perf_plugin.database.signature import Signature
 from perf_plugin.database.table import CsvTable
-from perf_plugin.ingest.aggregate import AggregatedRow
+from perf_plugin.ingest.aggregate import TEXT_CELLS, AggregatedRow
 from perf_plugin.ingest.fia_bundle import PROFILE_TAG
 from perf_plugin.ingest.fia_runtime import COMPLETENESS
 from perf_plugin.replay.registry import signature_of
@@ -112,15 +105,8 @@ def new_table_header(rows: Sequence[AggregatedRow]) -> list[str]:
 
 # The optional profiling columns after ``Profiling Count``, in header order, and what says a row
 # has a cell for each.
-_OPTIONAL_AFTER_COUNT: tuple[tuple[str, Callable[[AggregatedRow], str]], ...] = (
-    (PROFILING_KERNELS, lambda row: row.kernels),
-    (PROFILING_INPUT_REUSE, lambda row: row.input_reuse),
-    (PROFILING_CODE_REUSE, lambda row: row.code_reuse),
-    (PROFILING_INPUT_QUANTILES, lambda row: row.input_quantiles),
-    (PROFILING_SELECTION_DEPTHS, lambda row: row.selection_depths),
-    (PROFILING_INPUT_REUSE_SPREAD, lambda row: row.input_reuse_spread),
-    (PROFILING_INPUT_REUSE_CALLS, lambda row: row.input_reuse_calls),
-    (PROFILING_INPUT_BLOCK_REUSE, lambda row: row.input_block_reuse),
+_OPTIONAL_AFTER_COUNT: tuple[tuple[str, Callable[[AggregatedRow], str]], ...] = tuple(
+    (column, operator.attrgetter(name)) for column, name in TEXT_CELLS
 )
 
 
