@@ -71,8 +71,7 @@ def cached_shares(row: KernelRow, cache_bytes: int) -> tuple[float, ...]:
 
     Raises DatabaseError naming the column on a bad cell."""
     distances = _cell(row, PROFILING_INPUT_REUSE, parse_reuse_cell)
-    kept = cache_bytes * CACHED_SHARE
-    return tuple(_share_within(d, spread, kept) for d, spread in zip(distances, _spreads(row, len(distances))))
+    return _shares(distances, _spreads(row, len(distances)), cache_bytes * CACHED_SHARE)
 
 
 def call_states(row: KernelRow, cache_bytes: int) -> list[tuple[tuple[float, ...], float]]:
@@ -81,16 +80,18 @@ def call_states(row: KernelRow, cache_bytes: int) -> list[tuple[tuple[float, ...
     (``Profiling Input Reuse Calls(B)``), else its median's state for every call.
 
     Raises DatabaseError naming the column on a bad cell."""
-    median = cached_shares(row, cache_bytes)
-    eighths = _cell(row, PROFILING_INPUT_REUSE_CALLS, parse_reuse_calls_cell)
-    if len(eighths) != len(median) or not median:  # no cell, or one of another layout
-        return [(median, 1.0)]
+    distances = _cell(row, PROFILING_INPUT_REUSE, parse_reuse_cell)
+    spreads = _spreads(row, len(distances))
     kept = cache_bytes * CACHED_SHARE
-    spreads = _spreads(row, len(median))
-    states = Counter(
-        tuple(_share_within(slot[k], spread, kept) for slot, spread in zip(eighths, spreads)) for k in range(EIGHTHS)
-    )
+    eighths = _cell(row, PROFILING_INPUT_REUSE_CALLS, parse_reuse_calls_cell)
+    if len(eighths) != len(distances) or not distances:  # no cell, or one of another layout
+        return [(_shares(distances, spreads, kept), 1.0)]
+    states = Counter(_shares([slot[k] for slot in eighths], spreads, kept) for k in range(EIGHTHS))
     return [(shares, calls / EIGHTHS) for shares, calls in states.items()]
+
+
+def _shares(distances: Sequence[float], spreads: Sequence[float], kept: float) -> tuple[float, ...]:
+    return tuple(_share_within(distance, spread, kept) for distance, spread in zip(distances, spreads))
 
 
 def _spreads(row: KernelRow, slots: int) -> tuple[float, ...]:
