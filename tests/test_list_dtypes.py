@@ -185,3 +185,52 @@ def test_a_cpu_cat_nothing_reads_takes_the_dtype_of_the_views_it_writes(tmp_path
     expected = "DT_BF16" if dtype == torch.bfloat16 else "FLOAT"
     assert (row["Input Data Types"], row["Output Data Types"]) == (f"{expected};{expected}", expected)
     replay_on_cpu("ConcatD", row)
+
+
+SINGLE_CAT_TRACE = Path(__file__).parent / "fixtures" / "cuda" / "single_cat_trace.json"
+
+
+def _single_cat_rows(trace: Path, db: Path) -> dict[str, dict[str, str]]:
+    ingest_path(trace, db)
+    with (db / "ConcatD.csv").open(newline="") as handle:
+        return {row["Input Shapes"]: row for row in csv.DictReader(handle)}
+
+
+def test_a_cuda_cat_of_one_tensor_copied_by_memcpy_takes_the_dtype_of_the_views_it_writes(tmp_path: Path) -> None:
+    """``tests/fixtures/cuda/single_cat_trace.json`` (H200, see its SOURCES.md): a cat of one bf16
+    and one float32 tensor, each copied by a ``Memcpy DtoD`` that names no element type, and a
+    two-tensor cat by a batched copy."""
+    rows = _single_cat_rows(SINGLE_CAT_TRACE, tmp_path / "db")
+    one_bf16, one_float = rows['"1,32,1,128"'], rows['"1,8,1,64"']
+    assert one_bf16["Profiling Kernels"].startswith("Memcpy DtoD (Device -> Device)=")
+    assert (one_bf16["Input Data Types"], one_bf16["Output Data Types"]) == ("DT_BF16", "DT_BF16")
+    assert (one_float["Input Data Types"], one_float["Output Data Types"]) == ("FLOAT", "FLOAT")
+    assert rows['"1,32,1,128;1,32,1,128"']["Input Data Types"] == "DT_BF16;DT_BF16"
+    outputs, _ = replay_on_cpu("ConcatD", one_float)
+    assert outputs.dtype == torch.float32 and tuple(outputs.shape) == (1, 8, 1, 64)
+
+
+def test_a_memcpy_cat_without_typed_views_takes_its_readers_dtype(tmp_path: Path) -> None:
+    """The same trace with the dtypes of the cats' own children (``narrow``/``slice`` views of the
+    result) removed: the bf16 cat's ``transpose`` reads it next, the float cat's ``to`` reads it."""
+    document = json.loads(SINGLE_CAT_TRACE.read_text())
+    for event in document["traceEvents"]:
+        if event.get("cat") == "cpu_op" and event.get("name") in ("aten::narrow", "aten::slice", "aten::as_strided"):
+            event["args"]["Input type"] = ["" for _ in event["args"].get("Input type", [])]
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps(document))
+    rows = _single_cat_rows(trace, tmp_path / "db")
+    assert rows['"1,32,1,128"']["Output Data Types"] == "DT_BF16"
+    assert rows['"1,8,1,64"']["Output Data Types"] == "FLOAT"
+
+
+def test_a_memcpy_cat_with_nothing_to_settle_it_stays_without_dtypes(tmp_path: Path) -> None:
+    """Neither typed views nor a typed reader: the row says it cannot be replayed, not a guess."""
+    document = json.loads(SINGLE_CAT_TRACE.read_text())
+    for event in document["traceEvents"]:
+        if event.get("cat") == "cpu_op" and event.get("name") not in ("aten::cat",):
+            event.setdefault("args", {})["Input type"] = ["" for _ in event.get("args", {}).get("Input type", [])]
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps(document))
+    rows = _single_cat_rows(trace, tmp_path / "db")
+    assert (rows['"1,8,1,64"']["Input Data Types"], rows['"1,8,1,64"']["Output Data Types"]) == ("", "")

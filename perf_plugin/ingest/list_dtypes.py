@@ -22,6 +22,11 @@ is instantiated on its element type by name (``gpu_kernel_impl_nocast<direct_cop
 that type is every slot's dtype (``copy_dtype``; a converting copy loads ``WithCast`` and says
 nothing of its inputs).
 
+A cat of one contiguous tensor (the list of one block's output a linear-attention decode step
+concatenates: MiniMax's) launches no kernel either: CUDA copies it with one device-to-device
+``cudaMemcpyAsync`` (``Memcpy DtoD``), which moves bytes of no element type.  It is read as a
+CPU trace's cat is, below: by the views of its result it records as children, then its readers.
+
 A CPU trace launches no kernels.  There a cat that copies its inputs one by one into views of
 its result (``result.narrow(...).copy_(input)``: GPT-OSS's rotary halves, on more than one
 thread; a small cat, or any on one thread, copies serially) records those views as its
@@ -55,6 +60,7 @@ COPY_KERNEL = re.compile(r"gpu_kernel_impl_nocast<at::native::direct_copy_kernel
 COPY_TYPES = {"c10::BFloat16": "DT_BF16", "c10::Half": "FLOAT16", "float": "FLOAT", "double": "DOUBLE",
               "long": "INT64", "int": "INT32", "short": "INT16", "signed char": "INT8", "unsigned char": "UINT8",
               "bool": "BOOL"}  # fmt: skip
+MEMCPY = "Memcpy "  # a copy engine's transfer (``Memcpy DtoD (Device -> Device)``): bytes, no element type
 READERS_LOOKED_AT = 8  # the result is read right away in the models this is for (RoPE, KV caches)
 
 
@@ -108,10 +114,11 @@ def resolve_cat_dtypes(
     if copied is not None:
         return _with_dtype(mapped, copied)
     size = cat_element_bytes(sample.kernels)
-    if size is None and sample.kernels:
+    byte_copy = bool(sample.kernels) and all(name.startswith(MEMCPY) for name in sample.kernels)
+    if size is None and sample.kernels and not byte_copy:
         return mapped
     shape = mapped.outputs[0].shape
-    written = None if sample.kernels else written_dtype(sample.descendants(), shape)
+    written = None if sample.kernels and not byte_copy else written_dtype(sample.descendants(), shape)
     if written is not None:
         return _with_dtype(mapped, written)
     for reader in following[:READERS_LOOKED_AT]:
