@@ -114,19 +114,20 @@ def resolve_cat_dtypes(
     if copied is not None:
         return _with_dtype(mapped, copied)
     size = cat_element_bytes(sample.kernels)
-    byte_copy = bool(sample.kernels) and all(name.startswith(MEMCPY) for name in sample.kernels)
-    if size is None and sample.kernels and not byte_copy:
+    # no kernel (a CPU trace) or only a memcpy: nothing of the element type, as a CPU trace's cat
+    untyped_copy = all(name.startswith(MEMCPY) for name in sample.kernels)
+    if size is None and not untyped_copy:
         return mapped
     shape = mapped.outputs[0].shape
-    written = None if sample.kernels and not byte_copy else written_dtype(sample.descendants(), shape)
+    written = written_dtype(sample.descendants(), shape) if untyped_copy else None
     if written is not None:
         return _with_dtype(mapped, written)
     for reader in following[:READERS_LOOKED_AT]:
         for tensor in tensor_args(reader.op):
-            # a CPU trace launches no kernels: there the reader alone says (``size`` None)
+            # without a kernel that names its size (``size`` None) the reader alone says
             if tensor.shape == shape and tensor.dtype in ELEMENT_BYTES and size in (None, ELEMENT_BYTES[tensor.dtype]):
                 return _with_dtype(mapped, tensor.dtype)
-    if size is None:  # a CPU trace: the dtypes its tensors of the inputs' shapes had
+    if size is None:  # no kernel named the size: the dtypes the trace's tensors of the inputs' shapes had
         shapes = {tuple(slot.shape) for slot in mapped.inputs if slot.shape is not None}
         recorded = set().union(*((shape_dtypes or {}).get(shape, frozenset()) for shape in shapes))
         return _with_dtype(mapped, recorded.pop()) if len(recorded) == 1 else mapped
