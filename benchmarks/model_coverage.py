@@ -62,7 +62,8 @@ Prerequisites: torch with CUDA (or ``--device cpu --tiny`` for a quick check of 
 
 Expected output: one table per model (kernel type, rows, replayed, profiled time share, median
 ratio) and a summary line per model, then ``OUTDIR/model_coverage.json`` with every row's
-durations.  The databases stay under ``OUTDIR/<model>/db`` (re-run ``pytest bench`` on them).
+durations (a model measured by an earlier run into the same OUTDIR stays in it, one measured again
+is replaced).  The databases stay under ``OUTDIR/<model>/db`` (re-run ``pytest bench`` on them).
 """
 
 from __future__ import annotations
@@ -767,13 +768,22 @@ def main(argv: list[str] | None = None) -> int:
             reports.append(report)
             print_report(report)
             print_against_second(report)
-    document = {
-        "summary": [r.summary() for r in reports],
-        "rows": {r.model: [vars(row) for row in r.rows] for r in reports},
-        "settings": vars(args),
-    }
-    (Path(args.out) / "model_coverage.json").write_text(json.dumps(document, indent=1))
+    path = Path(args.out) / "model_coverage.json"
+    path.write_text(json.dumps(merged_document(path, reports, vars(args)), indent=1))
     return 0
+
+
+def merged_document(path: Path, reports: list[ModelReport], settings: dict[str, Any]) -> dict[str, Any]:
+    """The JSON document of ``reports``, with the models an earlier run wrote into ``path`` kept
+    (a sweep run one model at a time into one folder keeps every model's rows); a model measured
+    again replaces its earlier entry.  Each summary carries the settings it was measured with."""
+    earlier = json.loads(path.read_text()) if path.exists() else {}
+    measured = {report.model for report in reports}
+    summary = [entry for entry in earlier.get("summary", []) if entry.get("model") not in measured]
+    rows = {model: entries for model, entries in earlier.get("rows", {}).items() if model not in measured}
+    summary += [dict(report.summary(), settings=settings) for report in reports]
+    rows.update({report.model: [vars(row) for row in report.rows] for report in reports})
+    return {"summary": summary, "rows": rows, "settings": settings}
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -76,3 +77,26 @@ def test_a_row_the_other_profile_lacks_is_not_matched(model_coverage: ModuleType
     dropped = rows[0].key
     judged = model_coverage.against_profile(rows, {key: value for key, value in other.items() if key != dropped})
     assert judged["rows_matched"] == len(rows) - 1 and judged["rows_within"] == 1.0
+
+
+def test_a_run_into_a_folder_keeps_the_models_an_earlier_run_measured_there(
+    model_coverage: ModuleType, tmp_path: Path
+) -> None:
+    """A sweep of one model per run into one folder: the document keeps every model's rows, and
+    a model measured again replaces its own entry."""
+    path = tmp_path / "model_coverage.json"
+
+    def report(model: str, replayed: float) -> object:
+        row = model_coverage.RowOutcome("Add", 2, 1.0, 1, replayed)
+        return model_coverage.ModelReport(model, trace_kernel_us=1.0, rows=[row])
+
+    first = model_coverage.merged_document(path, [report("mixtral/auto", 1.0)], {"models": "mixtral"})
+    path.write_text(json.dumps(first))
+    second = model_coverage.merged_document(path, [report("olmoe/auto", 1.5)], {"models": "olmoe"})
+    assert sorted(second["rows"]) == ["mixtral/auto", "olmoe/auto"]
+    assert [entry["settings"]["models"] for entry in second["summary"]] == ["mixtral", "olmoe"]
+    path.write_text(json.dumps(second))
+    again = model_coverage.merged_document(path, [report("mixtral/auto", 2.0)], {"models": "mixtral"})
+    assert [entry["model"] for entry in again["summary"]] == ["olmoe/auto", "mixtral/auto"]
+    assert again["rows"]["mixtral/auto"][0]["replayed_us"] == 2.0
+    assert again["rows"]["olmoe/auto"][0]["replayed_us"] == 1.5
