@@ -10,7 +10,8 @@ Wrap the profiled step in ``capture_input_values`` (inside or outside ``torch.pr
 
 Every call of a watched function (``WATCHED``) is then wrapped in a profiler range named
 ``perf_values/<token>/<n>`` (``perf_plugin.trace.values_file``), and the values of its small
-integer tensor arguments (and of top-k's floating input, kept as quantiles) are copied to the
+integer tensor arguments (and of top-k's floating input, kept as quantiles, and of a division's
+operands, kept as the share of their elements that are zero) are copied to the
 host: on an accelerator asynchronously, on a side stream of the device's own stream API
 (``perf_plugin.backends.streams``: ``torch.npu`` on an NPU) that waits for the producing work,
 into pinned memory, so the step gains no synchronisation and its stream no extra work; on the
@@ -76,6 +77,9 @@ class Watched:
     # A top-k, ``(input, k, dim=-1, largest=True, ...)``: its floating input's rows' selection
     # depths are recorded too (``perf_plugin.capture.selection_depth``).
     selects: bool = False
+    # Floating inputs whose zero elements set the kernel's time (a division's operands): recorded as
+    # the share of each input's elements that are zero (``CapturedCall.zeros``).
+    zeros: bool = False
     # A module that registers the operator when imported (``torch.ops.torch_attn`` exists once
     # ``torch.nn.attention.varlen`` is): imported before the function is looked up.
     module: str | None = None
@@ -112,6 +116,13 @@ WATCHED: tuple[Watched, ...] = (
     # int[]? actual_seq_kvlen, ...): TND's cumulative ends, host lists
     Watched("torch.ops.npu.npu_fusion_attention",
             {14: ("actual_seq_qlen", 14), 15: ("actual_seq_kvlen", 15)}),
+    # aten::div(self, other): a zero numerator takes the device's slower division (an H200
+    # divided PhiMoE's router operands, a zero numerator a row, in 2.05 us, random ones in 1.12:
+    # reproduce/wip/division_operand_values.py); ``a / b`` and ``a.div(b)`` reach the mode as the
+    # method, ``torch.div`` as the function
+    *(Watched(name, {0: (first, 0), 1: ("other", 1)}, zeros=True)
+      for name, first in (("torch.div", "input"), ("torch.true_divide", "input"), ("torch.Tensor.div", "self"),
+                          ("torch.Tensor.div_", "self"))),
 )
 OPERATORS = "torch.ops."
 
@@ -237,6 +248,10 @@ class _PendingCopy:
     def quantiles(self) -> tuple[float, ...]:
         return quantiles_of([float(v) for v in self._read()])
 
+    def zero_share(self) -> float:
+        values = self._read()
+        return sum(1 for v in values if v == 0) / len(values)
+
     def depths(self, selection: Selection) -> dict[int, int]:
         """Depth -> rows of the selection's k-th value (``{}`` for a dtype without a pattern)."""
         if self.dtype not in DTYPES or not self.shape:
@@ -310,7 +325,7 @@ class InputValueCapture:
     def _record(self, key: str, watched: Watched, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         copies = {}
         layout = _layout(watched, args, kwargs)
-        recordable = _recordable_floating if watched.floating else _recordable
+        recordable = _recordable_floating if watched.floating or watched.zeros else _recordable
         for position, (keyword, python_position) in watched.arguments.items():
             value = _argument(args, kwargs, keyword, python_position)
             if layout is not None and recordable(value):
@@ -322,7 +337,10 @@ class InputValueCapture:
         for stream in self._streams.values():
             stream.synchronize()  # after the step: the copies are done, the step was not held
         for key, (watched, copies, selection) in self._pending.items():
-            if watched.floating:
+            if watched.zeros:
+                zeros = {arg: copy.zero_share() for arg, copy in copies.items()}
+                self.values.calls[key] = CapturedCall(watched.function, {}, zeros=zeros)
+            elif watched.floating:
                 quantiles = {arg: copy.quantiles() for arg, copy in copies.items()}
                 depths = {arg: copy.depths(selection) for arg, copy in copies.items()} if selection else {}
                 self.values.calls[key] = CapturedCall(watched.function, {}, quantiles,

@@ -89,6 +89,10 @@ PROFILING_INPUT_QUANTILES = "Profiling Input Quantiles"
 # leading bits it shares with its nearest neighbour: perf_plugin.capture.selection_depth), summed
 # over the row's calls (perf_plugin.database.depths_cell).  A replay rebuilds its drawn rows to them.
 PROFILING_SELECTION_DEPTHS = "Profiling Selection Depths"
+# Per input slot, the share of a floating input's elements that were zero in the profiled model,
+# where an input-value capture recorded it (a division's operands: a zero numerator takes the
+# device's slower path; perf_plugin.database.zero_shares_cell).  A replay zeroes that share.
+PROFILING_INPUT_ZERO_SHARES = "Profiling Input Zero Shares"
 RAW_DURATION = "Duration(us)"
 # A counter of PyTorch traces with device activity: 1 for a launch that began when the device had
 # finished every earlier activity (a host-bound phase such as decode), 0 for one queued behind

@@ -49,6 +49,7 @@ import pandas as pd
 from perf_plugin.database.kernel_breakdown import format_breakdown
 from perf_plugin.database.depths_cell import depths_cell
 from perf_plugin.database.quantiles_cell import quantiles_cell
+from perf_plugin.database.zero_shares_cell import zero_shares_cell
 from perf_plugin.database.reuse_calls_cell import reuse_calls_cell
 from perf_plugin.database.reuse_cell import NO_PRODUCER, reuse_cell
 from perf_plugin.database.schema import (
@@ -58,6 +59,7 @@ from perf_plugin.database.schema import (
     PROFILING_CODE_REUSE,
     PROFILING_COUNT,
     PROFILING_INPUT_QUANTILES,
+    PROFILING_INPUT_ZERO_SHARES,
     PROFILING_INPUT_REUSE,
     PROFILING_INPUT_BLOCK_REUSE,
     PROFILING_INPUT_REUSE_CALLS,
@@ -89,9 +91,12 @@ CODE_REUSE_BYTES = "_code_reuse_bytes"
 INPUT_QUANTILES = "_input_quantiles"
 # Frame column of a trace sample's top-k inputs' selection depths (argument position -> depth -> rows), likewise.
 INPUT_DEPTHS = "_input_depths"
+# Frame column of a trace sample's floating inputs' shares of zero elements (argument position -> share), likewise.
+INPUT_ZEROS = "_input_zeros"
 # The frame columns a capture's values fill, each a dict per sample ({} where the call recorded
 # none), and how a row's cell is made of its samples'.
-CAPTURED_CELLS: dict[str, Callable[[list[Any]], str]] = {INPUT_QUANTILES: quantiles_cell, INPUT_DEPTHS: depths_cell}
+CAPTURED_CELLS: dict[str, Callable[[list[Any]], str]] = {
+    INPUT_QUANTILES: quantiles_cell, INPUT_DEPTHS: depths_cell, INPUT_ZEROS: zero_shares_cell}
 CAPTURED_COLUMNS = tuple(CAPTURED_CELLS)
 GROUP_KEY: tuple[str, ...] = (
     col.TYPE,
@@ -115,6 +120,7 @@ TEXT_CELLS: tuple[tuple[str, str], ...] = (
     (PROFILING_INPUT_REUSE_SPREAD, "input_reuse_spread"),
     (PROFILING_INPUT_REUSE_CALLS, "input_reuse_calls"),
     (PROFILING_INPUT_BLOCK_REUSE, "input_block_reuse"),
+    (PROFILING_INPUT_ZERO_SHARES, "input_zero_shares"),
 )
 
 
@@ -137,6 +143,7 @@ class AggregatedRow:
     code_reuse: str = ""  # the Profiling Code Reuse Distance(B) cell ("" when not known)
     input_quantiles: str = ""  # the Profiling Input Quantiles cell ("" when no call recorded them)
     selection_depths: str = ""  # the Profiling Selection Depths cell (likewise)
+    input_zero_shares: str = ""  # the Profiling Input Zero Shares cell ("" where no call had a zero)
     # Columns added at the end from beside the profile (the FIA bundle check's ``Runtime ...``
     # cells, ``perf_plugin.ingest.fia_bundle``); not part of the identity or the statistics.
     runtime: Mapping[str, str] = field(default_factory=dict)
@@ -178,7 +185,8 @@ def _identity(group_key: Sequence[str], key: Sequence[Any], first: Sequence[Any]
 
 # The text fields of a row and the statistics' column each comes from.
 _TEXT_FIELDS = {"kernels": "kernels", "input_reuse": "reuse", "input_reuse_spread": "reuse_spread",
-                "input_reuse_calls": "reuse_calls", "input_block_reuse": "block_reuse", "code_reuse": "code_reuse", "input_quantiles": INPUT_QUANTILES, "selection_depths": INPUT_DEPTHS}
+                "input_reuse_calls": "reuse_calls", "input_block_reuse": "block_reuse", "code_reuse": "code_reuse", "input_quantiles": INPUT_QUANTILES, "selection_depths": INPUT_DEPTHS,
+                "input_zero_shares": INPUT_ZEROS}
 
 
 def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
@@ -231,6 +239,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
                 code_reuse=str(text_cells["code_reuse"][i]),
                 input_quantiles=str(text_cells["input_quantiles"][i]),
                 selection_depths=str(text_cells["selection_depths"][i]),
+                input_zero_shares=str(text_cells["input_zero_shares"][i]),
             )
         )
     # One CSV per kernel type: keep each type's rows together, types in order of first appearance.

@@ -74,6 +74,7 @@ def attach_values(trace: TraceData, captured: CapturedValues) -> ValuesAttachmen
         op.values = dict(call.values)
         op.quantiles = dict(call.quantiles)
         op.depths = dict(call.depths)
+        op.zeros = dict(call.zeros)
         report.attached += 1
     return report
 

@@ -120,6 +120,10 @@ class OpReplay(ABC):
     # input): the ingest of an Ascend profile gives slot i the quantiles a capture recorded of
     # the call's argument i (``perf_plugin.ingest.ascend_values``).
     quantile_inputs: ClassVar[tuple[int, ...]] = ()
+    # Floating input slots the replay zeroes a share of, as a row's ``Profiling Input Zero Shares``
+    # says (a division's operands: a zero numerator takes the device's slower division); the
+    # ingest of an Ascend profile gives slot i the share a capture recorded of the call's argument i.
+    zero_share_inputs: ClassVar[tuple[int, ...]] = ()
     # The row column that says how many ranks a collective kernel spans (``group_size``), named
     # in the reason a row is skipped when the run cannot form that group.
     group_column: ClassVar[str] = ""

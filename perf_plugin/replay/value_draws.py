@@ -14,6 +14,10 @@ Quantiles do not say how close each row's k-th value lies to the rest of its row
 far a radix selection reads (``perf_plugin.capture.selection_depth``): where the row records its
 calls' ``Profiling Selection Depths``, the drawn rows are rebuilt to as many rows at each depth
 (``with_recorded_depths``), spread over the rows at random.
+
+Where a capture recorded the share of a floating input's elements that were zero (a division's
+operands: a zero numerator takes the device's slower division), the replay sets as many of its
+drawn elements, chosen at random, to zero (``with_zero_share``): its default draws hold none.
 """
 
 from __future__ import annotations
@@ -24,7 +28,13 @@ from perf_plugin.capture.selection_depth import DTYPES, depths_for_rows, with_de
 from perf_plugin.database.depths_cell import parse_depths_cell
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.quantiles_cell import parse_quantiles_cell
-from perf_plugin.database.schema import INPUT_VALUES, PROFILING_INPUT_QUANTILES, PROFILING_SELECTION_DEPTHS
+from perf_plugin.database.schema import (
+    INPUT_VALUES,
+    PROFILING_INPUT_QUANTILES,
+    PROFILING_INPUT_ZERO_SHARES,
+    PROFILING_SELECTION_DEPTHS,
+)
+from perf_plugin.database.zero_shares_cell import parse_zero_shares_cell
 from perf_plugin.database.shapes import parse_shape_cell
 from perf_plugin.replay.base import CaseBuildError
 from perf_plugin.replay.tensors import KernelRow
@@ -96,3 +106,31 @@ def draw_from_quantiles(
     # a step to or from an infinity (scores masked to -inf) is no line: the nearer end
     nearer = torch.where(share < 0.5, below, above)
     return torch.where(below.isfinite() & above.isfinite(), between, nearer).to(dtype)
+
+
+def recorded_zero_shares(row: KernelRow) -> tuple[float | None, ...]:
+    """Per input slot the share of zero elements the row carries (None where it has none); () without the cell."""
+    try:
+        return parse_zero_shares_cell(row.attrs.get(PROFILING_INPUT_ZERO_SHARES, ""))
+    except DatabaseError as exc:
+        raise CaseBuildError(f"'{PROFILING_INPUT_ZERO_SHARES}' {exc}") from None
+
+
+def with_zero_share(x: "torch.Tensor", share: float | None, generator: "torch.Generator",
+                    avoid: "torch.Tensor | None" = None) -> "torch.Tensor":
+    """``x`` with ``share`` of its elements (rounded to a whole number of them), chosen at random,
+    set to zero in place; ``x`` as it is for no share or a tensor that is not floating.  Where
+    ``avoid`` has ``x``'s shape, its zero elements are not chosen (a zero over a zero is a NaN the
+    model did not make)."""
+    import torch
+
+    if not share or not x.is_floating_point() or x.numel() == 0:
+        return x
+    allowed = torch.ones(x.numel(), dtype=torch.bool, device=generator.device)
+    if avoid is not None and avoid.shape == x.shape:
+        allowed = (avoid != 0).reshape(-1).to(generator.device)
+    candidates = torch.nonzero(allowed).squeeze(1)
+    order = torch.randperm(candidates.numel(), generator=generator, device=generator.device)
+    chosen = candidates[order[: round(share * x.numel())]].to(x.device)
+    x[torch.unravel_index(chosen, x.shape)] = 0
+    return x

@@ -35,6 +35,8 @@ class TraceOp:
     quantiles: dict[int, tuple[float, ...]] = field(default_factory=dict)
     # argument index -> that top-k input's selection depths (depth -> rows), likewise
     depths: dict[int, dict[int, int]] = field(default_factory=dict)
+    # argument index -> the share of that floating input's elements that were zero (a division's), likewise
+    zeros: dict[int, float] = field(default_factory=dict)
     children: list["TraceOp"] = field(default_factory=list)
     parent: "TraceOp | None" = None
 

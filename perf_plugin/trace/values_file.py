@@ -8,15 +8,17 @@ holds the values under the same ``<n>``::
     {"format": "perf-plugin input values", "version": 1, "token": "3f9c...",
      "calls": {"0": {"function": "torch._grouped_mm", "values": {"2": [128, 256, ...]}},
                "1": {"function": "torch.topk", "values": {}, "quantiles": {"0": [0.11, ...]},
-                     "depths": {"0": {"10": 480, "32": 2}}}}}
+                     "depths": {"0": {"10": 480, "32": 2}}},
+               "2": {"function": "torch.Tensor.div", "values": {}, "zeros": {"0": 0.0626, "1": 0.0}}}}
 
 ``values`` maps the argument's position in the traced operator's inputs (its schema's order:
 ``group_list`` is 8 of ``npu::npu_grouped_matmul``) to its values, flattened.  ``quantiles`` (a
 floating input whose values, not only its size, set the kernel's time: top-k's
 input) maps the position to ``QUANTILES`` quantiles of its values, the least first and the
 greatest last; ``depths`` (top-k's input) maps it to how many of the input's rows selected their
-k-th value at each selection depth (``perf_plugin.capture.selection_depth``).  A file without
-either key is read as having none.  The token tells one
+k-th value at each selection depth (``perf_plugin.capture.selection_depth``); ``zeros`` (a
+division's floating operands) maps it to the share of the input's elements that were zero.  A
+file without any of these keys is read as having none.  The token tells one
 capture's ranges from another's (a trace may hold several runs).  The file sits beside the trace
 as ``<trace name>.values.json`` (``trace.json`` -> ``trace.values.json``), where ``perfdb ingest``
 finds it (``worker.pt.trace.json`` -> ``worker.values.json``); for an Ascend profile, whose
@@ -54,6 +56,7 @@ class CapturedCall:
     values: dict[int, tuple[int, ...]]  # argument position -> flattened values
     quantiles: dict[int, tuple[float, ...]] = field(default_factory=dict)  # argument position -> QUANTILES
     depths: dict[int, dict[int, int]] = field(default_factory=dict)  # argument position -> depth -> rows
+    zeros: dict[int, float] = field(default_factory=dict)  # argument position -> share of zero elements
 
 
 @dataclass
@@ -110,6 +113,8 @@ def _entry(call: CapturedCall) -> dict[str, Any]:
         entry["quantiles"] = {str(arg): list(q) for arg, q in call.quantiles.items()}
     if call.depths:
         entry["depths"] = {str(arg): {str(d): n for d, n in h.items()} for arg, h in call.depths.items()}
+    if call.zeros:
+        entry["zeros"] = {str(arg): share for arg, share in call.zeros.items()}
     return entry
 
 
@@ -141,14 +146,18 @@ def _call(entry: Any, path: Path, key: str) -> CapturedCall:
         quantiles = {int(arg): tuple(float(q) for q in found) for arg, found in entry.get("quantiles", {}).items()}
         depths = {int(arg): {int(d): int(n) for d, n in found.items()}
                   for arg, found in entry.get("depths", {}).items()}
+        zeros = {int(arg): float(share) for arg, share in entry.get("zeros", {}).items()}
     except (KeyError, TypeError, ValueError, AttributeError):
         raise DatabaseError(f"call {key!r}: expected {{\"function\": name, \"values\": {{argument: [integers]}}}}"
                             " (and optionally \"quantiles\": {argument: [numbers]},"
-                            " \"depths\": {argument: {depth: rows}})", path=path) from None
+                            " \"depths\": {argument: {depth: rows}}, \"zeros\": {argument: share})",
+                            path=path) from None
     # infinities are values a model gives top-k (scores masked to -inf): only NaN is refused
     if any(len(q) != QUANTILES or any(math.isnan(v) for v in q) or list(q) != sorted(q) for q in quantiles.values()):
         raise DatabaseError(f"call {key!r}: quantiles must be {QUANTILES} numbers (not NaN) in ascending order",
                             path=path)
     if any(d < 0 or n < 1 for h in depths.values() for d, n in h.items()):
         raise DatabaseError(f"call {key!r}: depths must map depths (0 or more) to row counts (1 or more)", path=path)
-    return CapturedCall(function, values, quantiles, depths)
+    if any(not 0.0 <= share <= 1.0 for share in zeros.values()):
+        raise DatabaseError(f"call {key!r}: zero shares must be numbers between 0 and 1", path=path)
+    return CapturedCall(function, values, quantiles, depths, zeros)

@@ -21,6 +21,7 @@ from perf_plugin.database.signature import normalise_dtype, normalise_format
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.host_scalars import as_passed, host_scalar_slot, placed
 from perf_plugin.replay.kernels.matmul import broadcast_shapes
+from perf_plugin.replay.value_draws import recorded_zero_shares, with_zero_share
 from perf_plugin.trace.args import (
     DEFAULT_FLOAT,
     SCALAR_TYPE_CODES,
@@ -253,6 +254,11 @@ class _BinaryReplay(_ElementwiseReplay):
         host = host_scalar_slot(row, (x_spec, y_spec))  # a Python number in the model: a CPU scalar
         x = self.random(x_spec, *placed(host == 0, device, generator))
         y = self.random(y_spec, *placed(host == 1, device, generator))
+        shares = recorded_zero_shares(row)  # a division's zero operands, where a capture recorded them
+        if shares and host != 0:
+            x = with_zero_share(x, shares[0], generator)
+        if len(shares) > 1 and host != 1:
+            y = with_zero_share(y, shares[1], generator, avoid=x)
         if host == 1:  # (a number cannot be the first operand of torch.add and its kin)
             y = as_passed(y, x, out_spec.torch_dtype())
         if torch.result_type(x, y) == out_spec.torch_dtype():
@@ -294,6 +300,7 @@ class RealDivReplay(_BinaryReplay):
     kernel_types = ("RealDiv",)
     npu_api = "torch.div"
     function = "div"
+    zero_share_inputs = (0, 1)  # a zero numerator takes the slower division (``_BinaryReplay`` zeroes them)
     trace_ops = _ops("div", "div_", mapper=_trace_binary("RealDiv", true_division=True))
 
 
