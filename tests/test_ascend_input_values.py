@@ -40,9 +40,11 @@ from perf_plugin.database.schema import (
     INPUT_VALUES,
     INPUT_VALUES_SOURCE,
     PROFILING_INPUT_QUANTILES,
+    PROFILING_INPUT_ZERO_SHARES,
     PROFILING_SELECTION_DEPTHS,
 )
 from perf_plugin.database.shapes import parse_shape_cell
+from perf_plugin.database.zero_shares_cell import parse_zero_shares_cell
 from perf_plugin.ingest.ascend_trace_view import to_ns
 from perf_plugin.ingest.ascend_values import AscendValues, DataKernel, link_values, values_cell
 from perf_plugin.ingest.pipeline import ingest_path
@@ -271,6 +273,41 @@ def test_a_top_k_row_gets_the_quantiles_its_calls_saw_and_the_replay_draws_from_
     # and its rows' selection depths, to which the replay rebuilds its 32 rows
     assert parse_depths_cell(row[PROFILING_SELECTION_DEPTHS]) == (call.depths[0],)
     assert depth_histogram(x.tolist(), 5, True, "float32") == call.depths[0]
+
+
+DIV_KERNEL = "aclnnDivs_RealDivAiCore_RealDiv"  # the real Level1 profile's RealDiv rows' name
+DIV_CELLS = {"Input Shapes": '"64,16;64,16"', "Input Data Types": "FLOAT;FLOAT", "Input Formats": "FORMAT_ND;FORMAT_ND",
+             "Output Shapes": '"64,16"', "Output Data Types": "FLOAT", "Output Formats": "FORMAT_ND"}
+
+
+def test_a_division_row_gets_the_share_of_zero_operands_its_call_saw_and_the_replay_zeroes_it(tmp_path: Path) -> None:
+    """A router's ``(max - scores) / |scores|.clamp(max)`` captured (one zero numerator a row), its
+    ``RealDiv`` kernel linked through trace_view.json: the row carries the shares, and the
+    replay's numerator holds that share of zeros."""
+    scores = torch.randn(64, 16, generator=torch.Generator().manual_seed(0))
+    top = scores.max(dim=-1, keepdim=True).values
+    with tp.profile(activities=[tp.ProfilerActivity.CPU], record_shapes=True):
+        with capture_input_values(tmp_path / "prof" / "rank0.values.json"):
+            torch.div(top - scores, scores.abs().clamp(min=top))
+    captured = read_values_file(tmp_path / "prof" / "rank0.values.json")
+    (call,) = captured.calls.values()
+    assert call.zeros == {0: 1 / 16, 1: 0.0}
+    launch = Launch((64, 16, 1), mark_name(captured.token, 0), "1736408883728218.784", "1736408883728300.100", "2.1")
+    output = tmp_path / "prof" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    output.mkdir(parents=True)
+    (output / "kernel_details.csv").write_text(ascend_profile.kernel_details_text(
+        [{**DIV_CELLS, "Name": DIV_KERNEL, "Type": "RealDiv", "Start Time(us)": launch.start + "\t",
+          "Duration(us)": launch.duration}]), encoding="utf-8")
+    events = trace_events([]) + launch_events(0, launch, False, operator="aten::div", kernel=DIV_KERNEL)
+    (output / "trace_view.json").write_text(json.dumps(events), encoding="utf-8")
+    report = ingest_path(output.parent, tmp_path / "db")
+    assert "1 of 1 captured call(s) attached, to 1 kernel launch(es)" in "\n".join(report.lines())
+
+    with (tmp_path / "db" / "RealDiv.csv").open(newline="", encoding="utf-8") as handle:
+        (row,) = csv.DictReader(handle)
+    assert parse_zero_shares_cell(row[PROFILING_INPUT_ZERO_SHARES]) == (1 / 16, 0.0)
+    x, y = replay_of("RealDiv").make_inputs(kernel_row("RealDiv", row), torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert int((x == 0).sum()) == 64 and int((y == 0).sum()) == 0
 
 
 # ----------------------------------------------------------------------------- linking, unit by unit

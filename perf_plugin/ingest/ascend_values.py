@@ -22,7 +22,10 @@ row's data slot that holds a 1-D tensor of as many elements (the ``[E]`` group l
 row's ``Input Values`` cell.
 A kernel type whose replay draws a floating input from quantiles (``OpReplay.quantile_inputs``:
 ``TopKV2``'s ``x``) takes the quantiles the capture recorded of the call's argument of the same
-position (``torch.topk``'s input), aggregated per row as ``Profiling Input Quantiles``.
+position (``torch.topk``'s input), aggregated per row as ``Profiling Input Quantiles``; one whose
+replay zeroes a recorded share of an input (``OpReplay.zero_share_inputs``: ``RealDiv``'s two)
+takes the shares of zero elements it recorded (``torch.div``'s operands), aggregated per row as
+``Profiling Input Zero Shares``.
 Kernels are keyed by start time and name, the pair a kernel_details row and its device task share.
 
 Written against torch_npu's profiler formats (the public Level1 profile's trace_view.json and
@@ -57,6 +60,7 @@ class DataKernel:
     slots: list[SlotShape]  # its input shapes
     data_slots: tuple[int, ...]  # the slots its replay reads values for
     quantile_slots: tuple[int, ...] = ()  # the slots its replay draws from quantiles
+    zero_slots: tuple[int, ...] = ()  # the slots whose recorded share of zero elements its replay zeroes
 
 
 @dataclass
@@ -67,6 +71,7 @@ class Linked:
     values: dict[KernelKey, str] = field(default_factory=dict)
     quantiles: dict[KernelKey, dict[int, tuple[float, ...]]] = field(default_factory=dict)
     depths: dict[KernelKey, dict[int, dict[int, int]]] = field(default_factory=dict)  # top-k's selection depths
+    zeros: dict[KernelKey, dict[int, float]] = field(default_factory=dict)  # a division's zero shares
 
 
 @dataclass
@@ -111,10 +116,11 @@ def values_files_near(kernel_details: Path) -> list[Path]:
 
 
 def read_data_kernels(path: Path) -> list[DataKernel]:
-    """The rows of kernel types whose replay reads input values (``OpReplay.data_inputs``) or
-    draws inputs from quantiles (``OpReplay.quantile_inputs``)."""
+    """The rows of kernel types whose replay reads input values (``OpReplay.data_inputs``),
+    draws inputs from quantiles (``OpReplay.quantile_inputs``) or zeroes a recorded share of
+    them (``OpReplay.zero_share_inputs``)."""
     kernels: list[DataKernel] = []
-    data_slots: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    data_slots: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
     try:
         with path.open("r", encoding="utf-8-sig", newline="") as handle:
             reader = csv.DictReader(handle)
@@ -123,8 +129,8 @@ def read_data_kernels(path: Path) -> list[DataKernel]:
                 kernel_type = normalise_kernel_type(cells.get(names.get("Type", "Type")) or "")
                 if kernel_type not in data_slots:
                     replay = get_replay(kernel_type)
-                    data_slots[kernel_type] = ((tuple(replay.data_inputs), replay.quantile_inputs)
-                                               if replay is not None else ((), ()))
+                    data_slots[kernel_type] = ((tuple(replay.data_inputs), replay.quantile_inputs,
+                                                replay.zero_share_inputs) if replay is not None else ((), (), ()))
                 start = to_ns(cells.get(names.get(START_TIME, START_TIME)))
                 if not any(data_slots[kernel_type]) or start is None:
                     continue
@@ -190,7 +196,8 @@ def link_values(report: AscendValues, kernels: list[DataKernel], events: list[di
         launched.add(found.name)
         cell = values_cell(kernel, call) if call.values else None
         floating = {slot: call.quantiles[slot] for slot in kernel.quantile_slots if slot in call.quantiles}
-        if cell is None and not floating:
+        zeros = {slot: call.zeros[slot] for slot in kernel.zero_slots if slot in call.zeros}
+        if cell is None and not floating and not zeros:
             report.without_slot += bool(call.values)
             report.without_values += not call.values
             continue
@@ -198,6 +205,8 @@ def link_values(report: AscendValues, kernels: list[DataKernel], events: list[di
             linked.values[kernel.key] = cell
         if floating:
             linked.quantiles[kernel.key] = floating
+        if zeros:
+            linked.zeros[kernel.key] = zeros
         selected = {slot: call.depths[slot] for slot in kernel.quantile_slots if slot in call.depths}
         if selected:
             linked.depths[kernel.key] = selected
@@ -251,5 +260,5 @@ def read_kernel_tables(discovery: disc.Discovery, explicit: Path | None) -> tupl
             linked, report = kernel_values(path, trace_view, files, named=named is not None)
             if report is not None:
                 reports.append(report)
-        tables.append(read_profile_table(path, linked.values, linked.quantiles, linked.depths))
+        tables.append(read_profile_table(path, linked.values, linked.quantiles, linked.depths, linked.zeros))
     return combine(tables), reports
