@@ -34,8 +34,8 @@ from perf_plugin.database.schema import (
     PROFILING_INPUT_ZERO_SHARES,
     PROFILING_SELECTION_DEPTHS,
 )
-from perf_plugin.database.zero_shares_cell import parse_zero_shares_cell
 from perf_plugin.database.shapes import parse_shape_cell
+from perf_plugin.database.zero_shares_cell import parse_zero_shares_cell
 from perf_plugin.replay.base import CaseBuildError
 from perf_plugin.replay.tensors import KernelRow
 
