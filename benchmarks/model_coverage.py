@@ -700,6 +700,8 @@ def print_report(report: ModelReport) -> None:
         share = 100 * sum(r.total_us for r in rows) / total
         passed = sum(1 for r in rows if r.replayed_us is not None)
         print(f"{'':<{len(report.model) + 2}}{kernel_type:<34} {len(rows):>4} {passed:>6} {share:>6.2f}% {median:>12}")
+    for line in out_of_band_lines(report):
+        print(line)
     s = report.summary()
     print(
         f"{report.model}: coverage {100 * s['coverage_time']:.1f}% of kernel time ({s['rows_passed']}/{s['rows']} rows); "
@@ -714,6 +716,22 @@ def print_report(report: ModelReport) -> None:
             print(f"{report.model}: reference spread, {what}: within {BAND} of the first for "
                   f"{100 * other['time_within']:.1f}% of the time, {100 * other['rows_within']:.1f}% of "
                   f"{other['rows_matched']} matched rows")
+
+
+def out_of_band_lines(report: ModelReport, limit: int = 8) -> list[str]:
+    """The replayed rows outside ``BAND``, the most of the model's kernel time first: which rows
+    the fidelity figure misses, by their ratio, time share, calls and identity cells."""
+    total = report.trace_kernel_us or 1.0
+    outside = [row for row in report.rows if row.ratio is not None and not BAND[0] <= row.ratio <= BAND[1]]
+    outside.sort(key=lambda row: -row.total_us)
+    indent = " " * (len(report.model) + 2)
+    lines = [f"{indent}out of the band, most time first ({len(outside)} rows, "
+             f"{100 * sum(row.total_us for row in outside) / total:.1f}% of the time):"] if outside else []
+    for row in outside[:limit]:
+        cells = " ".join(cell for cell in row.key[1:3] if cell)
+        lines.append(f"{indent}  {100 * row.total_us / total:5.2f}%  ratio {row.ratio:.3f}  {row.kernel_type} "
+                     f"line {row.line}  {row.profiled_us:.2f} us x{row.count}  {cells}")
+    return lines
 
 
 def print_against_second(report: ModelReport) -> None:

@@ -100,3 +100,17 @@ def test_a_run_into_a_folder_keeps_the_models_an_earlier_run_measured_there(
     assert [entry["model"] for entry in again["summary"]] == ["olmoe/auto", "mixtral/auto"]
     assert again["rows"]["mixtral/auto"][0]["replayed_us"] == 2.0
     assert again["rows"]["olmoe/auto"][0]["replayed_us"] == 1.5
+
+
+def test_the_rows_out_of_the_band_are_listed_most_time_first(model_coverage: ModuleType) -> None:
+    rows = [model_coverage.RowOutcome("Mul", 2, 2.0, 10, 1.5, key=("Mul", '"1,16,1,128;1,1,1,128"', "DT_BF16;DT_BF16")),
+            model_coverage.RowOutcome("GroupedMatmul", 3, 90.0, 2, 105.0, key=("GroupedMatmul", '"2,14336"', "")),
+            model_coverage.RowOutcome("Add", 4, 5.0, 1, 5.2, key=("Add", '"8"', "INT64")),  # within the band
+            model_coverage.RowOutcome("Cast", 5, 1.0, 1, None, key=("Cast", '"8"', "INT64"))]  # not replayed
+    report = model_coverage.ModelReport("m/auto", trace_kernel_us=200.0, rows=rows)
+    lines = model_coverage.out_of_band_lines(report)
+    assert "(2 rows, 100.0% of the time)" in lines[0]
+    assert "90.00%  ratio 1.167  GroupedMatmul line 3" in lines[1] and '"2,14336"' in lines[1]
+    assert "10.00%  ratio 0.750  Mul line 2  2.00 us x10" in lines[2]
+    assert len(lines) == 3
+    assert model_coverage.out_of_band_lines(model_coverage.ModelReport("m/auto", 1.0, rows=rows[2:])) == []
