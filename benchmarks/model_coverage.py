@@ -382,13 +382,22 @@ def expert_count(config: Any) -> int:
     return 0
 
 
+def fill_open_defaults(config: Any) -> None:
+    """The dimensions some configurations' defaults leave open (None), set as their models
+    usually have them: a key and value head per query head (Nemotron), and heads of the hidden
+    size over the head count (HunYuan, Ministral)."""
+    if getattr(config, "num_key_value_heads", 0) is None:
+        config.num_key_value_heads = config.num_attention_heads
+    if hasattr(config, "head_dim") and config.head_dim is None:
+        config.head_dim = config.hidden_size // config.num_attention_heads
+
+
 def build_model(name: str, layers: int, device: str, tiny: bool, tokens: int) -> Any:
     import torch
 
     config = model_config(name, tiny)
     config.num_hidden_layers = layers
-    if getattr(config, "num_key_value_heads", 0) is None:  # a configuration's default left open (Nemotron)
-        config.num_key_value_heads = config.num_attention_heads
+    fill_open_defaults(config)
     config._attn_implementation = "sdpa"
     if expert_count(config):
         config._experts_implementation = "grouped_mm"

@@ -114,3 +114,17 @@ def test_the_rows_out_of_the_band_are_listed_most_time_first(model_coverage: Mod
     assert "10.00%  ratio 0.750  Mul line 2  2.00 us x10" in lines[2]
     assert len(lines) == 3
     assert model_coverage.out_of_band_lines(model_coverage.ModelReport("m/auto", 1.0, rows=rows[2:])) == []
+
+
+def test_dimensions_a_configuration_leaves_open_are_set_as_its_model_usually_has_them(model_coverage: ModuleType) -> None:
+    from types import SimpleNamespace
+
+    open_ = SimpleNamespace(hidden_size=4096, num_attention_heads=32, num_key_value_heads=None, head_dim=None)
+    model_coverage.fill_open_defaults(open_)
+    assert (open_.num_key_value_heads, open_.head_dim) == (32, 128)
+    given = SimpleNamespace(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=64)
+    model_coverage.fill_open_defaults(given)
+    assert (given.num_key_value_heads, given.head_dim) == (8, 64)
+    without = SimpleNamespace(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8)
+    model_coverage.fill_open_defaults(without)
+    assert not hasattr(without, "head_dim")  # a configuration without the field is left so
