@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.slot_records import records_by_slot
 
 Histogram = Mapping[int, int]
 
@@ -20,12 +21,11 @@ Histogram = Mapping[int, int]
 def depths_cell(samples: Sequence[Mapping[int, Histogram]]) -> str:
     """A row's cell from its calls' histograms (argument position -> depth -> rows; {} where a
     call recorded none): per slot, the counts summed over the calls that recorded the slot."""
-    slots = max((max(sample) + 1 for sample in samples if sample), default=0)
     cells = []
-    for slot in range(slots):
+    for recorded in records_by_slot(samples):
         pooled: Counter[int] = Counter()
-        for sample in samples:
-            pooled.update(sample.get(slot, {}))
+        for histogram in recorded:
+            pooled.update(histogram)
         cells.append(",".join(f"{depth}:{rows}" for depth, rows in sorted(pooled.items()) if rows > 0))
     return ";".join(cells) if any(cells) else ""
 

@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.slot_records import records_by_slot
 
 QUANTILE_DIGITS = 7
 
@@ -22,10 +23,8 @@ QUANTILE_DIGITS = 7
 def quantiles_cell(samples: Sequence[Mapping[int, tuple[float, ...]]]) -> str:
     """A row's cell from its calls' quantiles (argument position -> quantiles; {} where a call
     recorded none): per slot, each quantile's median over the calls that recorded the slot."""
-    slots = max((max(sample) + 1 for sample in samples if sample), default=0)
     cells = []
-    for slot in range(slots):
-        recorded = [sample[slot] for sample in samples if slot in sample]
+    for recorded in records_by_slot(samples):
         if not recorded or len({len(q) for q in recorded}) != 1:
             cells.append("")
             continue

@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.slot_records import records_by_slot
 
 SHARE_DIGITS = 6
 
@@ -24,11 +25,7 @@ SHARE_DIGITS = 6
 def zero_shares_cell(samples: Sequence[Mapping[int, float]]) -> str:
     """A row's cell from its calls' zero shares (argument position -> share; {} where a call
     recorded none): per slot, the mean over the calls that recorded the slot."""
-    slots = max((max(sample) + 1 for sample in samples if sample), default=0)
-    shares = []
-    for slot in range(slots):
-        recorded = [sample[slot] for sample in samples if slot in sample]
-        shares.append(sum(recorded) / len(recorded) if recorded else None)
+    shares = [sum(recorded) / len(recorded) if recorded else None for recorded in records_by_slot(samples)]
     if not any(share for share in shares):
         return ""
     return ";".join("" if share is None else f"{share:.{SHARE_DIGITS}g}" for share in shares)
