@@ -98,7 +98,7 @@ def test_ingest_attaches_the_routing_to_the_grouped_gemm_rows(skewed_trace: tupl
         assert parse_shape_cell(row[INPUT_VALUES])[7] == ends_of(routing)
         assert row[INPUT_VALUES_SOURCE] == "measured"
     lines = "\n".join(report.lines())
-    assert "3 of 3 captured call(s) attached" in lines  # the two GEMMs and the router's top-k
+    assert "4 of 4 captured call(s) attached" in lines  # the two GEMMs, the router's softmax and its top-k
     assert "2 measured, 0 with a default" in lines
     # the capture's own host copies and reads add no rows
     assert not any(path.stem in ("aten.clone", "aten.copy_", "Identity") for path in (tmp_path / "db").glob("*.csv"))

@@ -10,13 +10,13 @@ Wrap the profiled step in ``capture_input_values`` (inside or outside ``torch.pr
 
 Every call of a watched function (``WATCHED``) is then wrapped in a profiler range named
 ``perf_values/<token>/<n>`` (``perf_plugin.trace.values_file``), and the values of its small
-integer tensor arguments (and of top-k's floating input, kept as quantiles, and of a division's
-operands, kept as the share of their elements that are zero) are copied to the
-host: on an accelerator asynchronously, on a side stream of the device's own stream API
+integer tensor arguments (and of top-k's floating input, kept as quantiles, of a division's
+operands, kept as the share of their elements that are zero, and of a softmax's input, kept as
+the share of its elements that are masked and their runs per row) are copied to the host: on an
+accelerator asynchronously, on a side stream of the device's own stream API
 (``perf_plugin.backends.streams``: ``torch.npu`` on an NPU) that waits for the producing work,
 into pinned memory, so the step gains no synchronisation and its stream no extra work; on the
-CPU they are read directly.  When the
-block ends the capture waits for its copies and writes the values file, which ``perfdb ingest``
+CPU they are read directly.  When the block ends the capture waits for its copies and writes the values file, which ``perfdb ingest``
 reads beside the trace (or beside an Ascend profile directory).
 
 The torch_npu MoE operators are watched as operators: ``torch_npu.npu_grouped_matmul`` is
@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perf_plugin.backends.streams import copy_to_host
+from perf_plugin.capture.masked_rows import PendingRows, readable_rows
 from perf_plugin.capture.selection_depth import DTYPES, depth_histogram, rows_along
 from perf_plugin.trace.values_file import QUANTILES, CapturedCall, CapturedValues, mark_name, write_values_file
 
@@ -80,6 +81,9 @@ class Watched:
     # Floating inputs whose zero elements set the kernel's time (a division's operands): recorded as
     # the share of each input's elements that are zero (``CapturedCall.zeros``).
     zeros: bool = False
+    # A softmax, ``(input, dim, ...)``: the masked elements of its input's rows are recorded
+    # (``perf_plugin.capture.masked_rows``).
+    masks: bool = False
     # A module that registers the operator when imported (``torch.ops.torch_attn`` exists once
     # ``torch.nn.attention.varlen`` is): imported before the function is looked up.
     module: str | None = None
@@ -123,6 +127,12 @@ WATCHED: tuple[Watched, ...] = (
     *(Watched(name, {0: (first, 0), 1: ("other", 1)}, zeros=True)
       for name, first in (("torch.div", "input"), ("torch.true_divide", "input"), ("torch.Tensor.div", "self"),
                           ("torch.Tensor.div_", "self"))),
+    # aten::softmax(self, dim, dtype): elements far below their row's maximum take the slower
+    # exponential (an H200's GPT-OSS prefill softmax: 40.5 us on random logits, 52.3 with the
+    # causal mask, 62.5 with as many masked at random places: perf_plugin.capture.masked_rows)
+    *(Watched(name, {0: (first, 0)}, masks=True)
+      for name, first in (("torch.softmax", "input"), ("torch.nn.functional.softmax", "input"),
+                          ("torch.Tensor.softmax", "self"))),
 )
 OPERATORS = "torch.ops."
 
@@ -294,7 +304,7 @@ class InputValueCapture:
         self.path = Path(path) if path is not None else None
         self.values = CapturedValues(uuid.uuid4().hex[:12])
         self._watched = watched
-        self._pending: dict[str, tuple[Watched, dict[int, _PendingCopy], Selection | None]] = {}
+        self._pending: dict[str, tuple[Watched, dict[int, Any], Selection | None]] = {}
         self._streams: dict[Any, Any] = {}
         self._mode: Any = None
 
@@ -323,7 +333,13 @@ class InputValueCapture:
         return self
 
     def _record(self, key: str, watched: Watched, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        copies = {}
+        copies: dict[int, Any] = {}
+        if watched.masks:
+            value = _argument(args, kwargs, *watched.arguments[0])
+            if readable_rows(value, _argument(args, kwargs, "dim", 1)):
+                copies[0] = PendingRows(value, self._streams)
+            self._pending[key] = (watched, copies, None)
+            return
         layout = _layout(watched, args, kwargs)
         recordable = _recordable_floating if watched.floating or watched.zeros else _recordable
         for position, (keyword, python_position) in watched.arguments.items():
@@ -337,7 +353,11 @@ class InputValueCapture:
         for stream in self._streams.values():
             stream.synchronize()  # after the step: the copies are done, the step was not held
         for key, (watched, copies, selection) in self._pending.items():
-            if watched.zeros:
+            if watched.masks:
+                summaries = {arg: copy.summary() for arg, copy in copies.items()}
+                masked = {arg: (rows.share, rows.runs) for arg, rows in summaries.items()}
+                self.values.calls[key] = CapturedCall(watched.function, {}, masked=masked)
+            elif watched.zeros:
                 zeros = {arg: copy.zero_share() for arg, copy in copies.items()}
                 self.values.calls[key] = CapturedCall(watched.function, {}, zeros=zeros)
             elif watched.floating:

@@ -93,6 +93,11 @@ PROFILING_SELECTION_DEPTHS = "Profiling Selection Depths"
 # where an input-value capture recorded it (a division's operands: a zero numerator takes the
 # device's slower path; perf_plugin.database.zero_shares_cell).  A replay zeroes that share.
 PROFILING_INPUT_ZERO_SHARES = "Profiling Input Zero Shares"
+# Per input slot, the share of a softmax input's elements that were masked in the profiled model
+# (far below their row's maximum: the device's slower exponential) and how many runs of them a
+# row held, where an input-value capture recorded them (perf_plugin.database.masked_shares_cell).
+# A replay masks that share of its input's rows in as many runs.
+PROFILING_INPUT_MASKED_SHARES = "Profiling Input Masked Shares"
 RAW_DURATION = "Duration(us)"
 # A counter of PyTorch traces with device activity: 1 for a launch that began when the device had
 # finished every earlier activity (a host-bound phase such as decode), 0 for one queued behind

@@ -25,7 +25,9 @@ A kernel type whose replay draws a floating input from quantiles (``OpReplay.qua
 position (``torch.topk``'s input), aggregated per row as ``Profiling Input Quantiles``; one whose
 replay zeroes a recorded share of an input (``OpReplay.zero_share_inputs``: ``RealDiv``'s two)
 takes the shares of zero elements it recorded (``torch.div``'s operands), aggregated per row as
-``Profiling Input Zero Shares``.
+``Profiling Input Zero Shares``; one whose replay masks an input (``OpReplay.masked_inputs``:
+``SoftmaxV2``'s logits) takes the masked share and runs it recorded (``torch.softmax``'s input),
+aggregated per row as ``Profiling Input Masked Shares``.
 Kernels are keyed by start time and name, the pair a kernel_details row and its device task share.
 
 Written against torch_npu's profiler formats (the public Level1 profile's trace_view.json and
@@ -61,6 +63,7 @@ class DataKernel:
     data_slots: tuple[int, ...]  # the slots its replay reads values for
     quantile_slots: tuple[int, ...] = ()  # the slots its replay draws from quantiles
     zero_slots: tuple[int, ...] = ()  # the slots whose recorded share of zero elements its replay zeroes
+    masked_slots: tuple[int, ...] = ()  # the slots whose recorded masked share and runs its replay masks
 
 
 @dataclass
@@ -72,6 +75,7 @@ class Linked:
     quantiles: dict[KernelKey, dict[int, tuple[float, ...]]] = field(default_factory=dict)
     depths: dict[KernelKey, dict[int, dict[int, int]]] = field(default_factory=dict)  # top-k's selection depths
     zeros: dict[KernelKey, dict[int, float]] = field(default_factory=dict)  # a division's zero shares
+    masked: dict[KernelKey, dict[int, tuple[float, float]]] = field(default_factory=dict)  # a softmax's masks
 
 
 @dataclass
@@ -117,10 +121,10 @@ def values_files_near(kernel_details: Path) -> list[Path]:
 
 def read_data_kernels(path: Path) -> list[DataKernel]:
     """The rows of kernel types whose replay reads input values (``OpReplay.data_inputs``),
-    draws inputs from quantiles (``OpReplay.quantile_inputs``) or zeroes a recorded share of
-    them (``OpReplay.zero_share_inputs``)."""
+    draws inputs from quantiles (``OpReplay.quantile_inputs``), zeroes a recorded share of
+    them (``OpReplay.zero_share_inputs``) or masks them (``OpReplay.masked_inputs``)."""
     kernels: list[DataKernel] = []
-    data_slots: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
+    data_slots: dict[str, tuple[tuple[int, ...], ...]] = {}
     try:
         with path.open("r", encoding="utf-8-sig", newline="") as handle:
             reader = csv.DictReader(handle)
@@ -130,7 +134,8 @@ def read_data_kernels(path: Path) -> list[DataKernel]:
                 if kernel_type not in data_slots:
                     replay = get_replay(kernel_type)
                     data_slots[kernel_type] = ((tuple(replay.data_inputs), replay.quantile_inputs,
-                                                replay.zero_share_inputs) if replay is not None else ((), (), ()))
+                                                replay.zero_share_inputs, replay.masked_inputs)
+                                               if replay is not None else ((), (), (), ()))
                 start = to_ns(cells.get(names.get(START_TIME, START_TIME)))
                 if not any(data_slots[kernel_type]) or start is None:
                     continue
@@ -197,7 +202,8 @@ def link_values(report: AscendValues, kernels: list[DataKernel], events: list[di
         cell = values_cell(kernel, call) if call.values else None
         floating = {slot: call.quantiles[slot] for slot in kernel.quantile_slots if slot in call.quantiles}
         zeros = {slot: call.zeros[slot] for slot in kernel.zero_slots if slot in call.zeros}
-        if cell is None and not floating and not zeros:
+        masked = {slot: call.masked[slot] for slot in kernel.masked_slots if slot in call.masked}
+        if cell is None and not floating and not zeros and not masked:
             report.without_slot += bool(call.values)
             report.without_values += not call.values
             continue
@@ -207,6 +213,8 @@ def link_values(report: AscendValues, kernels: list[DataKernel], events: list[di
             linked.quantiles[kernel.key] = floating
         if zeros:
             linked.zeros[kernel.key] = zeros
+        if masked:
+            linked.masked[kernel.key] = masked
         selected = {slot: call.depths[slot] for slot in kernel.quantile_slots if slot in call.depths}
         if selected:
             linked.depths[kernel.key] = selected
@@ -260,5 +268,6 @@ def read_kernel_tables(discovery: disc.Discovery, explicit: Path | None) -> tupl
             linked, report = kernel_values(path, trace_view, files, named=named is not None)
             if report is not None:
                 reports.append(report)
-        tables.append(read_profile_table(path, linked.values, linked.quantiles, linked.depths, linked.zeros))
+        tables.append(read_profile_table(path, linked.values, linked.quantiles, linked.depths, linked.zeros,
+                                         linked.masked))
     return combine(tables), reports

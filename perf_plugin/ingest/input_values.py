@@ -75,6 +75,7 @@ def attach_values(trace: TraceData, captured: CapturedValues) -> ValuesAttachmen
         op.quantiles = dict(call.quantiles)
         op.depths = dict(call.depths)
         op.zeros = dict(call.zeros)
+        op.masked = dict(call.masked)
         report.attached += 1
     return report
 

@@ -26,7 +26,7 @@ import pandas as pd
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.schema import DETAIL_COLUMNS, IDENTITY_COLUMNS, INPUT_VALUES
 from perf_plugin.ingest import columns as col
-from perf_plugin.ingest.aggregate import CAPTURED_COLUMNS, INPUT_DEPTHS, INPUT_QUANTILES, INPUT_ZEROS
+from perf_plugin.ingest.aggregate import CAPTURED_COLUMNS, INPUT_DEPTHS, INPUT_MASKED, INPUT_QUANTILES, INPUT_ZEROS
 from perf_plugin.ingest.ascend_trace_view import to_ns
 from perf_plugin.ingest.names import COMMUNICATION_CORES, COMMUNICATION_PREFIX, normalise_kernel_type
 
@@ -64,12 +64,13 @@ class ProfileTable:
 def read_profile_table(path: str | Path, values_cells: Mapping[KernelKey, str] | None = None,
                        quantiles: Mapping[KernelKey, Mapping[int, tuple[float, ...]]] | None = None,
                        depths: Mapping[KernelKey, Mapping[int, Mapping[int, int]]] | None = None,
-                       zeros: Mapping[KernelKey, Mapping[int, float]] | None = None) -> ProfileTable:
+                       zeros: Mapping[KernelKey, Mapping[int, float]] | None = None,
+                       masked: Mapping[KernelKey, Mapping[int, tuple[float, float]]] | None = None) -> ProfileTable:
     """The samples of one table; ``values_cells`` gives kernels (by start and name) their
     ``Input Values`` cell, the values an input-value capture recorded for their call,
     ``quantiles`` the quantiles it recorded of their floating inputs, ``depths`` their rows'
-    selection depths (top-k's) and ``zeros`` their shares of zero elements (a division's), by
-    input slot (``perf_plugin.ingest.ascend_values``)."""
+    selection depths (top-k's), ``zeros`` their shares of zero elements (a division's) and
+    ``masked`` their masked shares and runs (a softmax's), by input slot (``perf_plugin.ingest.ascend_values``)."""
     path = Path(path)
     raw_header = col.read_raw_header(path)
     header = [name.strip() for name in raw_header]
@@ -80,7 +81,7 @@ def read_profile_table(path: str | Path, values_cells: Mapping[KernelKey, str] |
     wanted = {col.TYPE, *IDENTITY_COLUMNS, col.DURATION, *counters}
     if col.NAME in canonical:
         wanted.add(col.NAME)
-    if (values_cells or quantiles or zeros) and col.NAME in canonical and START_TIME in canonical:
+    if (values_cells or quantiles or zeros or masked) and col.NAME in canonical and START_TIME in canonical:
         wanted.add(START_TIME)  # read only when a kernel has values: the column is never used otherwise
     usecols = [name for name in raw_header if to_canonical[name] in wanted]
     numeric = [name for name in usecols if to_canonical[name] in {col.DURATION, *counters}]
@@ -92,9 +93,10 @@ def read_profile_table(path: str | Path, values_cells: Mapping[KernelKey, str] |
     frame.columns = [to_canonical[name] for name in frame.columns]
     if START_TIME in frame.columns:
         keys = _kernel_keys(frame, {name for _, name in [*(values_cells or {}), *(quantiles or {}), *(depths or {}),
-                                                         *(zeros or {})]})
+                                                         *(zeros or {}), *(masked or {})]})
         frame[INPUT_VALUES] = pd.Categorical(_by_kernel(len(frame), keys, values_cells or {}, ""))
-        for name, by_kernel in ((INPUT_QUANTILES, quantiles), (INPUT_DEPTHS, depths), (INPUT_ZEROS, zeros)):
+        for name, by_kernel in ((INPUT_QUANTILES, quantiles), (INPUT_DEPTHS, depths), (INPUT_ZEROS, zeros),
+                                (INPUT_MASKED, masked)):
             if by_kernel:
                 frame[name] = _by_kernel(len(frame), keys, by_kernel, {})
         del frame[START_TIME]

@@ -124,6 +124,10 @@ class OpReplay(ABC):
     # says (a division's operands: a zero numerator takes the device's slower division); the
     # ingest of an Ascend profile gives slot i the share a capture recorded of the call's argument i.
     zero_share_inputs: ClassVar[tuple[int, ...]] = ()
+    # Floating input slots the replay masks, as a row's ``Profiling Input Masked Shares`` says (a
+    # softmax's logits: a masked one takes the slower exponential); the ingest of an Ascend profile
+    # gives slot i the share and runs a capture recorded of the call's argument i.
+    masked_inputs: ClassVar[tuple[int, ...]] = ()
     # The row column that says how many ranks a collective kernel spans (``group_size``), named
     # in the reason a row is skipped when the run cannot form that group.
     group_column: ClassVar[str] = ""

@@ -18,6 +18,13 @@ calls' ``Profiling Selection Depths``, the drawn rows are rebuilt to as many row
 Where a capture recorded the share of a floating input's elements that were zero (a division's
 operands: a zero numerator takes the device's slower division), the replay sets as many of its
 drawn elements, chosen at random, to zero (``with_zero_share``): its default draws hold none.
+
+Where a capture recorded how much of a softmax's input was masked (far below its row's maximum:
+the slower exponential) and in how many runs per row, the replay masks as many of each row's
+elements, in as many runs at random places (``with_masked_runs``), at the dtype's lowest value
+(a ``transformers`` mask's: a row masked whole stays finite).  Every row gets the mean share: a
+causal mask's rows, masked from none to almost all, were timed as fast as rows masked half each
+in one run (52.3 and 52.2 us on an H200, ``reproduce/wip/softmax_masked_values.py``).
 """
 
 from __future__ import annotations
@@ -27,9 +34,11 @@ from typing import TYPE_CHECKING, Any
 from perf_plugin.capture.selection_depth import DTYPES, depths_for_rows, with_depth
 from perf_plugin.database.depths_cell import parse_depths_cell
 from perf_plugin.database.errors import DatabaseError
+from perf_plugin.database.masked_shares_cell import parse_masked_shares_cell
 from perf_plugin.database.quantiles_cell import parse_quantiles_cell
 from perf_plugin.database.schema import (
     INPUT_VALUES,
+    PROFILING_INPUT_MASKED_SHARES,
     PROFILING_INPUT_QUANTILES,
     PROFILING_INPUT_ZERO_SHARES,
     PROFILING_SELECTION_DEPTHS,
@@ -134,3 +143,47 @@ def with_zero_share(x: "torch.Tensor", share: float | None, generator: "torch.Ge
     chosen = candidates[order[: round(share * x.numel())]].to(x.device)
     x[torch.unravel_index(chosen, x.shape)] = 0
     return x
+
+
+def recorded_masked_shares(row: KernelRow) -> tuple[tuple[float, float] | None, ...]:
+    """Per input slot the (masked share, runs per row) the row carries (None where it has none); () without the cell."""
+    try:
+        return parse_masked_shares_cell(row.attrs.get(PROFILING_INPUT_MASKED_SHARES, ""))
+    except DatabaseError as exc:
+        raise CaseBuildError(f"'{PROFILING_INPUT_MASKED_SHARES}' {exc}") from None
+
+
+def masked_runs(rows: int, width: int, share: float, runs: float, generator: "torch.Generator") -> "torch.Tensor":
+    """A [rows, width] boolean mask: in every row ``round(share * width)`` elements masked, in
+    ``round(runs)`` runs (at least one; at most as many as fit apart) of near-equal lengths, the
+    runs at random places with at least one unmasked element between two of them."""
+    import torch
+
+    count = min(width, round(share * width))
+    device = generator.device
+    if count == 0:
+        return torch.zeros(rows, width, dtype=torch.bool, device=device)
+    parts = max(1, min(round(runs), count, width - count + 1))
+    lengths = [count // parts + (1 if i < count % parts else 0) for i in range(parts)]
+    spare = width - count - (parts - 1)  # the unmasked elements not needed to keep the runs apart
+    # run i starts after the i-th smallest of ``parts`` cuts in [0, spare], the earlier runs and their i gaps
+    cuts = torch.randint(0, spare + 1, (rows, parts), generator=generator, device=device).sort(dim=1).values
+    before = torch.tensor([i + sum(lengths[:i]) for i in range(parts)], device=device)
+    starts = cuts + before
+    edges = torch.zeros(rows, width + 1, dtype=torch.int32, device=device)
+    edges.scatter_add_(1, starts, torch.ones_like(starts, dtype=torch.int32))
+    edges.scatter_add_(1, starts + torch.tensor(lengths, device=device), torch.full_like(starts, -1, dtype=torch.int32))
+    return edges.cumsum(dim=1)[:, :width] > 0
+
+
+def with_masked_runs(x: "torch.Tensor", recorded: tuple[float, float] | None,
+                     generator: "torch.Generator") -> "torch.Tensor":
+    """``x`` with each row along its last dimension masked as ``recorded`` (share, runs per row)
+    says, at its dtype's lowest value, in place; ``x`` as it is without a record or a share."""
+    import torch
+
+    if recorded is None or not recorded[0] or not x.is_floating_point() or x.dim() == 0 or x.numel() == 0:
+        return x
+    width = x.shape[-1]
+    mask = masked_runs(x.numel() // width, width, *recorded, generator)
+    return x.masked_fill_(mask.to(x.device).view(x.shape), torch.finfo(x.dtype).min)

@@ -9,7 +9,8 @@ holds the values under the same ``<n>``::
      "calls": {"0": {"function": "torch._grouped_mm", "values": {"2": [128, 256, ...]}},
                "1": {"function": "torch.topk", "values": {}, "quantiles": {"0": [0.11, ...]},
                      "depths": {"0": {"10": 480, "32": 2}}},
-               "2": {"function": "torch.Tensor.div", "values": {}, "zeros": {"0": 0.0626, "1": 0.0}}}}
+               "2": {"function": "torch.Tensor.div", "values": {}, "zeros": {"0": 0.0626, "1": 0.0}},
+               "3": {"function": "torch.nn.functional.softmax", "values": {}, "masked": {"0": [0.498, 0.998]}}}}
 
 ``values`` maps the argument's position in the traced operator's inputs (its schema's order:
 ``group_list`` is 8 of ``npu::npu_grouped_matmul``) to its values, flattened.  ``quantiles`` (a
@@ -17,7 +18,9 @@ floating input whose values, not only its size, set the kernel's time: top-k's
 input) maps the position to ``QUANTILES`` quantiles of its values, the least first and the
 greatest last; ``depths`` (top-k's input) maps it to how many of the input's rows selected their
 k-th value at each selection depth (``perf_plugin.capture.selection_depth``); ``zeros`` (a
-division's floating operands) maps it to the share of the input's elements that were zero.  A
+division's floating operands) maps it to the share of the input's elements that were zero;
+``masked`` (a softmax's input) maps it to the share of the elements read that were masked and the
+mean number of runs of masked elements per row read (``perf_plugin.capture.masked_rows``).  A
 file without any of these keys is read as having none.  The token tells one
 capture's ranges from another's (a trace may hold several runs).  The file sits beside the trace
 as ``<trace name>.values.json`` (``trace.json`` -> ``trace.values.json``), where ``perfdb ingest``
@@ -57,6 +60,8 @@ class CapturedCall:
     quantiles: dict[int, tuple[float, ...]] = field(default_factory=dict)  # argument position -> QUANTILES
     depths: dict[int, dict[int, int]] = field(default_factory=dict)  # argument position -> depth -> rows
     zeros: dict[int, float] = field(default_factory=dict)  # argument position -> share of zero elements
+    # argument position -> (share of masked elements, mean runs of them per row)
+    masked: dict[int, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -115,6 +120,8 @@ def _entry(call: CapturedCall) -> dict[str, Any]:
         entry["depths"] = {str(arg): {str(d): n for d, n in h.items()} for arg, h in call.depths.items()}
     if call.zeros:
         entry["zeros"] = {str(arg): share for arg, share in call.zeros.items()}
+    if call.masked:
+        entry["masked"] = {str(arg): [share, runs] for arg, (share, runs) in call.masked.items()}
     return entry
 
 
@@ -147,10 +154,12 @@ def _call(entry: Any, path: Path, key: str) -> CapturedCall:
         depths = {int(arg): {int(d): int(n) for d, n in found.items()}
                   for arg, found in entry.get("depths", {}).items()}
         zeros = {int(arg): float(share) for arg, share in entry.get("zeros", {}).items()}
+        masked = {int(arg): (float(share), float(runs)) for arg, (share, runs) in entry.get("masked", {}).items()}
     except (KeyError, TypeError, ValueError, AttributeError):
         raise DatabaseError(f"call {key!r}: expected {{\"function\": name, \"values\": {{argument: [integers]}}}}"
                             " (and optionally \"quantiles\": {argument: [numbers]},"
-                            " \"depths\": {argument: {depth: rows}}, \"zeros\": {argument: share})",
+                            " \"depths\": {argument: {depth: rows}}, \"zeros\": {argument: share},"
+                            " \"masked\": {argument: [share, runs per row]})",
                             path=path) from None
     # infinities are values a model gives top-k (scores masked to -inf): only NaN is refused
     if any(len(q) != QUANTILES or any(math.isnan(v) for v in q) or list(q) != sorted(q) for q in quantiles.values()):
@@ -160,4 +169,7 @@ def _call(entry: Any, path: Path, key: str) -> CapturedCall:
         raise DatabaseError(f"call {key!r}: depths must map depths (0 or more) to row counts (1 or more)", path=path)
     if any(not 0.0 <= share <= 1.0 for share in zeros.values()):
         raise DatabaseError(f"call {key!r}: zero shares must be numbers between 0 and 1", path=path)
-    return CapturedCall(function, values, quantiles, depths, zeros)
+    if any(not 0.0 <= share <= 1.0 or not runs >= 0.0 for share, runs in masked.values()):
+        raise DatabaseError(f"call {key!r}: masked must map an argument to a share between 0 and 1 and"
+                            " runs per row (0 or more)", path=path)
+    return CapturedCall(function, values, quantiles, depths, zeros, masked)

@@ -3,8 +3,10 @@
 ``SwiGlu`` (``torch_npu.npu_swiglu(x, dim)``) splits ``x`` in two halves ``A, B`` along ``dim``
 and returns ``silu(A) * B``; ``dim`` is an attribute the row does not record, so it is the one
 dimension the output halves.  Its portable ``run`` is that formula (two kernels on CUDA); on an
-NPU the replay calls ``npu_swiglu`` itself, which launches the ``SwiGlu`` kernel.  ``SoftmaxV2`` (``aclnnSoftmax``) records no axis either; it is
-replayed over the last dimension, where every LLM softmax (MoE routing, sampling) runs.
+NPU the replay calls ``npu_swiglu`` itself, which launches the ``SwiGlu`` kernel.
+``SoftmaxV2`` (``aclnnSoftmax``) records no axis either; it is replayed over the last dimension,
+where every LLM softmax (attention, MoE routing, sampling) runs, its logits masked as the row's
+``Profiling Input Masked Shares`` says (``perf_plugin.replay.value_draws.with_masked_runs``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from perf_plugin.replay.api_call import ApiCall
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec, shape_text
+from perf_plugin.replay.value_draws import recorded_masked_shares, with_masked_runs
 from perf_plugin.trace.args import SCALAR_TYPE_CODES, concrete_arg, tensor_arg
 from perf_plugin.trace.events import TraceOp
 from perf_plugin.trace.mapped import MappedOp, Slot
@@ -120,6 +123,7 @@ class SoftmaxReplay(OpReplay):
 
     kernel_types = ("SoftmaxV2",)
     npu_api = "torch.softmax"
+    masked_inputs = (0,)  # masked logits take the slower exponential (``make_inputs`` masks them)
     trace_ops = MappingProxyType({"aten::softmax": _trace_softmax, "aten::_softmax": _trace_softmax})
 
     def output_dtype(self, row: KernelRow) -> str | None:
@@ -143,7 +147,9 @@ class SoftmaxReplay(OpReplay):
     ) -> tuple[Any, ...]:
         wide = self.output_dtype(row)
         x, out = _single(row)
-        return self.random(x, device, generator), -1, out.torch_dtype() if wide else None
+        masked = recorded_masked_shares(row)  # a mask's share and runs, where a capture recorded them
+        values = with_masked_runs(self.random(x, device, generator), masked[0] if masked else None, generator)
+        return values, -1, out.torch_dtype() if wide else None
 
     def run(self, x: "torch.Tensor", dim: int, dtype: "torch.dtype | None") -> "torch.Tensor":
         return x.softmax(dim) if dtype is None else x.softmax(dim, dtype=dtype)
