@@ -392,11 +392,27 @@ def fill_open_defaults(config: Any) -> None:
         config.head_dim = config.hidden_size // config.num_attention_heads
 
 
+def kept_layer_types(types: list[str], layers: int) -> list[str]:
+    """The kinds of the first ``layers`` layers of a hybrid model (``layer_types``), each kind the
+    model has kept at least once where ``layers`` allows: Qwen3-Next's two layers are a linear-
+    and a full-attention one, not its first two linear ones."""
+    kinds = list(dict.fromkeys(types))
+    kept = types[:layers]
+    for kind in kinds:
+        if kind not in kept and len(set(kept)) < layers:
+            # replace the last of the kind kept most often
+            most = max(dict.fromkeys(kept), key=kept.count)
+            kept[len(kept) - 1 - kept[::-1].index(most)] = kind
+    return kept
+
+
 def build_model(name: str, layers: int, device: str, tiny: bool, tokens: int) -> Any:
     import torch
 
     config = model_config(name, tiny)
     config.num_hidden_layers = layers
+    if isinstance(getattr(config, "layer_types", None), list) and len(config.layer_types) > layers:
+        config.layer_types = kept_layer_types(config.layer_types, layers)
     fill_open_defaults(config)
     config._attn_implementation = "sdpa"
     if expert_count(config):
@@ -440,14 +456,29 @@ def prefill_ids(model: Any, device: str, tokens: int) -> Any:
     return torch.randint(0, model.config.vocab_size, (1, tokens), device=device, generator=generator)
 
 
+# Layer kinds whose cache is keys and values alone: any other (linear attention, convolution)
+# keeps a state the cache makes only from the model's configuration.
+ATTENTION_KINDS = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+
+
+def new_cache(config: Any) -> Any:
+    """An empty cache for a prefill: keys and values per layer, or, for a hybrid model whose
+    layers keep other states (Qwen3-Next's, Kimi-Linear's linear attention), the layers its
+    configuration names."""
+    from transformers import DynamicCache
+
+    if set(getattr(config, "layer_types", None) or ()) - ATTENTION_KINDS:
+        return DynamicCache(config=config)
+    return DynamicCache()
+
+
 def run_steps(model: Any, device: str, tokens: int, decode_steps: int) -> None:
     import torch
-    from transformers import DynamicCache
 
     ids = prefill_ids(model, device, tokens)
     with torch.no_grad():
         try:
-            out = model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
+            out = model(input_ids=ids, past_key_values=new_cache(model.config), use_cache=True)
         except ValueError as error:  # a model with a cache of its own kind (MiniMax) makes it
             if "cache" not in str(error).lower():
                 raise

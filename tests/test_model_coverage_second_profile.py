@@ -128,3 +128,21 @@ def test_dimensions_a_configuration_leaves_open_are_set_as_its_model_usually_has
     without = SimpleNamespace(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8)
     model_coverage.fill_open_defaults(without)
     assert not hasattr(without, "head_dim")  # a configuration without the field is left so
+
+
+def test_a_hybrid_models_few_layers_keep_each_kind_it_has(model_coverage: ModuleType) -> None:
+    qwen3_next = ["linear_attention"] * 3 + ["full_attention"]
+    assert model_coverage.kept_layer_types(qwen3_next * 12, 2) == ["linear_attention", "full_attention"]
+    assert model_coverage.kept_layer_types(["sliding_attention", "full_attention"] * 13, 2) == [
+        "sliding_attention", "full_attention"]  # Gemma 2: its first two already
+    assert model_coverage.kept_layer_types(qwen3_next, 3) == ["linear_attention"] * 2 + ["full_attention"]
+    assert model_coverage.kept_layer_types(qwen3_next, 1) == ["linear_attention"]
+
+
+def test_a_hybrid_models_prefill_cache_holds_the_states_its_configuration_names(model_coverage: ModuleType) -> None:
+    transformers = pytest.importorskip("transformers")  # the benchmark's own dependency, not the project's
+    AutoConfig, DynamicCache = transformers.AutoConfig, transformers.DynamicCache
+    config = AutoConfig.for_model("qwen3_next", num_hidden_layers=2, layer_types=["linear_attention", "full_attention"])
+    assert len(model_coverage.new_cache(config).layers) == 2  # a linear-attention layer's state too
+    assert isinstance(model_coverage.new_cache(AutoConfig.for_model("llama")), DynamicCache)
+    assert len(model_coverage.new_cache(AutoConfig.for_model("llama")).layers) == 0  # keys and values, made as they come

@@ -43,6 +43,10 @@ RELATIVE_TOLERANCE: dict[str, float] = {
     "FLOAT64": 1e-10,
     "FLOAT16": 2e-3,
     "BF16": 1.6e-2,
+    # complex numbers (a rotary embedding's ``polar``, Llama 4's): their parts' thresholds
+    "COMPLEX64": 1e-4,
+    "COMPLEX128": 1e-10,
+    "COMPLEX32": 2e-3,
 }
 
 

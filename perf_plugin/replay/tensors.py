@@ -88,6 +88,8 @@ FLOATING = frozenset(
 )
 # Floating dtypes torch cannot draw ``uniform_`` in (float8): drawn in float32, then cast.
 _DRAWN_IN_FLOAT32 = frozenset({"FLOAT8_E4M3FN", "FLOAT8_E5M2"})
+# A complex dtype's parts, by the dtype name its row spells.
+_COMPLEX_PARTS = {"complex32": "FLOAT16", "complex64": "FLOAT", "complex128": "DOUBLE"}
 
 
 @dataclass(frozen=True, slots=True)  # one or more per collected row
@@ -262,4 +264,7 @@ def _random_values(
         return values if draw_dtype == dtype else values.to(dtype)
     if spec.dtype == "BOOL":
         return torch.randint(0, 2, spec.shape, generator=generator, device=device).bool()
+    if dtype.is_complex:  # real and imaginary parts, each drawn as a float of their width is
+        parts = TensorSpec((*spec.shape, 2), _COMPLEX_PARTS[str(dtype).removeprefix("torch.")])
+        return torch.view_as_complex(_random_values(parts, device, generator, low, high))
     return torch.randint(low, high, spec.shape, generator=generator, device=device, dtype=dtype)

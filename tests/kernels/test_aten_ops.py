@@ -163,3 +163,29 @@ def test_fp8_gemms_replay_with_a_float64_reference() -> None:
     args = replay.make_inputs(row, torch.device("cpu"), torch.Generator().manual_seed(0))
     weight, weight_scale = replay.parameters(row, args)
     assert weight is args[3][1] and weight.stride() == (1, 128) and weight_scale is args[3][3]
+
+
+def _complex_rotary_and_mask_scatter() -> None:
+    """Llama 4's rotary embedding in complex numbers (``polar``, a complex ``mul``) and
+    DeepSeek-V3.2's indexer scattering its top-k into a boolean mask."""
+    positions = torch.arange(16, dtype=torch.float32)
+    frequencies = torch.outer(positions, 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8)))
+    rotations = torch.polar(torch.ones_like(frequencies), frequencies)  # [16, 4] complex64
+    queries = torch.view_as_complex(torch.randn(1, 16, 2, 4, 2))  # [1, 16, 2, 4] complex64
+    torch.view_as_real(queries * rotations[None, :, None, :])
+    scores = torch.randn(1, 16, 33)
+    top = scores.topk(4, dim=-1).indices
+    torch.zeros(1, 16, 33, dtype=torch.bool).scatter(-1, top, True)
+
+
+def test_complex_operands_and_a_scatter_into_a_boolean_mask_replay_and_verify(tmp_path: Path) -> None:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        _complex_rotary_and_mask_scatter()
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    ingest_path(tmp_path / "trace.json", tmp_path / "db")
+    replayed = {}
+    for kernel_type in ("aten.polar", "Mul", "aten.scatter"):
+        for cells in _rows(tmp_path / "db", kernel_type):
+            outputs, _ = replay_on_cpu(kernel_type, cells)
+            replayed[kernel_type] = outputs.dtype
+    assert replayed == {"aten.polar": torch.complex64, "Mul": torch.complex64, "aten.scatter": torch.bool}

@@ -13,8 +13,8 @@ drawn uniformly in [0.25, 0.95]: positive and below one, so that operators with 
 domain (``rsqrt``, ``log``, ``acos``, ``pow`` with a fractional exponent) compute finite values
 whatever they are; a slot whose ``Profiling Input Quantiles`` a capture recorded (top-k's input)
 is drawn from those instead (``perf_plugin.replay.value_draws``).  Integer tensors are drawn in
-[1, d), d the smallest dimension of the floating inputs, so that index tensors (gather, scatter,
-index_add) address any dimension; an operator whose integer arguments must be something else
+[1, d), d the smallest dimension of the floating and boolean inputs, so that index tensors
+(gather, scatter, index_add) address any dimension; an operator whose integer arguments must be something else
 fails the case with its own error.
 
 The reference is the same overload on float64 CPU copies (exact for integer and boolean
@@ -85,9 +85,11 @@ def _accumulating(template: Sequence[Any]) -> bool:
 
 
 def _index_bound(row: KernelRow) -> int:
-    """Integer inputs stay below every dimension of the floating inputs, so that a tensor of
-    indices (gather, index_select, index_add, scatter) addresses any of their dimensions."""
-    dims = [d for spec in row.inputs if spec.shape and spec.dtype in FLOATING for d in spec.shape if d > 0]
+    """Integer inputs stay below every dimension of the floating and boolean inputs, so that a
+    tensor of indices (gather, index_select, index_add, scatter: DeepSeek-V3.2's indexer scatters
+    into a boolean mask) addresses any of their dimensions."""
+    dims = [d for spec in row.inputs if spec.shape and (spec.dtype in FLOATING or spec.dtype == "BOOL")
+            for d in spec.shape if d > 0]
     return min(dims, default=100)
 
 
