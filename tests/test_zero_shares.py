@@ -141,3 +141,47 @@ def test_a_denominators_zeros_avoid_the_numerators_so_no_nan_is_made() -> None:
     assert int(((x == 0) & (y == 0)).sum()) == 0
     outputs, _ = replay_on_cpu("RealDiv", cells)
     assert int(torch.isinf(outputs).sum()) == TOKENS * EXPERTS // 4 and not bool(torch.isnan(outputs).any())
+
+
+# ----------------------------------------------------------------------------- a batched GEMM's zero rows
+LLAMA4_EXPERTS, HIDDEN, WIDTH = 4, 64, 32
+
+
+def llama4_expert_inputs(tokens: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Llama 4's experts' input (transformers' ``Llama4TextMoe``): every token repeated for every
+    expert, scaled by its router score, which is zero but for its top-1 expert; and the weights."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(tokens, HIDDEN, generator=generator)
+    logits = torch.randn(tokens, LLAMA4_EXPERTS, generator=generator)
+    top = logits.topk(1, dim=-1)
+    scores = torch.full_like(logits, float("-inf")).scatter_(1, top.indices, top.values).sigmoid().transpose(0, 1)
+    routed = x.repeat(LLAMA4_EXPERTS, 1) * scores.reshape(-1, 1)
+    return routed.view(LLAMA4_EXPERTS, tokens, HIDDEN), torch.randn(LLAMA4_EXPERTS, HIDDEN, WIDTH, generator=generator)
+
+
+def test_a_batched_gemm_over_every_expert_records_and_replays_its_zero_rows(tmp_path: Path) -> None:
+    """Each expert multiplies every token, those routed elsewhere zeroed: 3 of 4 rows zero."""
+    routed, weights = llama4_expert_inputs(16)
+    trace = tmp_path / "trace.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        with capture_input_values(tmp_path / "trace.values.json"):
+            torch.bmm(routed, weights)
+    prof.export_chrome_trace(str(trace))
+    (call,) = read_values_file(tmp_path / "trace.values.json").calls.values()
+    assert call.function == "torch.bmm" and call.zeros == {0: 0.75, 1: 0.0}
+    ingest_path(trace, tmp_path / "db")
+    with (tmp_path / "db" / "BatchMatMulV2.csv").open(newline="") as handle:
+        (row,) = csv.DictReader(handle)
+    assert parse_zero_shares_cell(row[PROFILING_INPUT_ZERO_SHARES]) == (0.75, 0.0)
+    a, b = replay_of("BatchMatMulV2").make_inputs(kernel_row("BatchMatMulV2", row), torch.device("cpu"),
+                                                  torch.Generator().manual_seed(0))
+    assert int((a == 0).sum()) == routed.numel() * 3 // 4 and int((b == 0).sum()) == 0
+    replay_on_cpu("BatchMatMulV2", row)
+
+
+def test_a_large_operand_is_read_in_blocks_of_rows_for_its_zero_share(tmp_path: Path) -> None:
+    routed, weights = llama4_expert_inputs(1024, seed=1)  # 256 K elements: past what is copied whole
+    with capture_input_values(tmp_path / "run.values.json") as capture:
+        routed.bmm(weights)
+    share = capture.values.calls["0"].zeros[0]
+    assert routed.numel() > 65536 and share == pytest.approx(0.75, abs=0.05)

@@ -1,4 +1,5 @@
-"""Which elements of a softmax's rows are masked, and how they lie in the row: ``masked_rows``.
+"""Which elements of a softmax's rows are masked, and how they lie in the row: ``masked_rows``;
+and the rows of a large input read in blocks (``PendingRows``), for those and for zero shares.
 
 A softmax's time depends on its values: an element far below its row's maximum takes the device's
 slower exponential.  On an H200, ``softmax_warp_forward`` over GPT-OSS's prefill logits
@@ -107,7 +108,18 @@ class PendingRows:
         self._read: list[list[Any]] | None = [b.tolist() for b in blocks] if value.device.type == "cpu" else None
         self._copies = [] if self._read is not None else [copy_to_host(b, streams) for b in blocks]
 
-    def summary(self) -> MaskedRows:
-        """The masked rows of the blocks read (once the copies' stream has been synchronised)."""
+    def _rows(self) -> list[Any]:
+        """The rows read (once the copies' stream has been synchronised)."""
         blocks = self._read if self._read is not None else [copy.tolist() for copy in self._copies]
-        return masked_rows([row for block in blocks for row in block])
+        return [row for block in blocks for row in block]
+
+    def summary(self) -> MaskedRows:
+        """The masked rows of the blocks read."""
+        return masked_rows(self._rows())
+
+    def zero_share(self) -> float:
+        """The share of the elements read that are zero (a GEMM operand's rows of tokens routed
+        elsewhere)."""
+        rows = self._rows()
+        zeros = sum(1 for row in rows for value in row if value == 0)
+        return zeros / max(1, sum(len(row) for row in rows))

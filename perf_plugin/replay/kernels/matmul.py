@@ -37,6 +37,7 @@ from perf_plugin.database.shapes import Shape
 from perf_plugin.database.signature import SignatureRule
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec, shape_text
+from perf_plugin.replay.value_draws import recorded_zero_shares, with_zero_share
 from perf_plugin.trace.args import tensor_arg
 from perf_plugin.trace.events import TraceOp
 from perf_plugin.trace.mapped import MappedOp, Slot
@@ -269,7 +270,12 @@ class _MatmulFamily(OpReplay):
     def make_inputs(
         self, row: KernelRow, device: "torch.device", generator: "torch.Generator"
     ) -> tuple[Any, ...]:
-        operands = self.stored_operands(row, device, generator)
+        first, second = self.stored_operands(row, device, generator)
+        if self.zero_share_inputs:  # zero operands, where a capture recorded them (Llama 4's experts)
+            shares = recorded_zero_shares(row)
+            first = with_zero_share(first, shares[0] if shares else None, generator)
+            second = with_zero_share(second, shares[1] if len(shares) > 1 else None, generator)
+        operands = (first, second)
         a, b, bias, _ = _operands(row)
         if bias is None:
             return operands
@@ -315,6 +321,7 @@ class BatchMatMulReplay(_MatmulFamily):
 
     kernel_types = ("BatchMatMulV2",)
     npu_api = "torch.bmm"
+    zero_share_inputs = (0, 1)  # zero operands run faster (``make_inputs`` zeroes the recorded share)
     trace_primary = True
     trace_ops = MappingProxyType({"aten::bmm": _trace_bmm})
 
