@@ -91,7 +91,8 @@ PROFILING_INPUT_QUANTILES = "Profiling Input Quantiles"
 PROFILING_SELECTION_DEPTHS = "Profiling Selection Depths"
 # Per input slot, the share of a floating input's elements that were zero in the profiled model,
 # where an input-value capture recorded it (a division's operands: a zero numerator takes the
-# device's slower path; perf_plugin.database.zero_shares_cell).  A replay zeroes that share.
+# device's slower path; a batched GEMM's: zero operands multiply faster;
+# perf_plugin.database.zero_shares_cell).  A replay zeroes that share.
 PROFILING_INPUT_ZERO_SHARES = "Profiling Input Zero Shares"
 # Per input slot, the share of a softmax input's elements that were masked in the profiled model
 # (far below their row's maximum: the device's slower exponential) and how many runs of them a
