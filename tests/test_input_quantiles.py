@@ -14,7 +14,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from perf_plugin.capture import capture_input_values
-from perf_plugin.capture.input_values import quantiles_of
+from perf_plugin.capture.pending_copies import quantiles_of
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.quantiles_cell import parse_quantiles_cell, quantiles_cell
 from perf_plugin.database.schema import PROFILING_INPUT_QUANTILES
@@ -186,3 +186,24 @@ def test_the_npu_top_k_draws_from_the_rows_quantiles_and_verifies_with_ties() ->
     # without the cell: distinct values, as before
     plain, _ = replay.make_inputs(kernel_row("TopKV2", _TOPKV2), torch.device("cpu"), torch.Generator().manual_seed(0))
     assert all(row.unique().numel() == 1000 for row in plain)
+
+
+def test_a_top_k_input_larger_than_a_copy_is_read_in_blocks_of_its_rows(tmp_path: Path) -> None:
+    """Qwen3-Next's router: the top-10 of 512 experts' scores over 512 tokens (262144 values, past
+    what is copied whole): quantiles and selection depths come from blocks of whole rows."""
+    from perf_plugin.capture.selection_depth import depth_histogram
+
+    logits = torch.randn(512, 512, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    scores = torch.softmax(logits.float(), dim=-1).to(torch.bfloat16)  # ties in bf16, as a router's
+    with capture_input_values(tmp_path / "run.values.json") as capture:
+        scores.topk(10, dim=-1)
+        scores.topk(10, dim=0)  # along the columns: no blocks of whole rows to read
+    along_rows, along_columns = capture.values.calls["0"], capture.values.calls["1"]
+    assert along_columns.quantiles == {} and along_columns.depths == {}
+    (recorded,) = along_rows.quantiles.values()
+    whole = quantiles_of(scores.flatten().float().tolist())
+    assert recorded[QUANTILES // 2] == pytest.approx(whole[QUANTILES // 2], rel=0.05)  # the median, from a sample
+    (depths,) = along_rows.depths.values()
+    assert 32 <= sum(depths.values()) < 512  # rows read, not all of them
+    every_row = depth_histogram(scores.float().tolist(), 10, True, "bfloat16")
+    assert max(depths) <= max(every_row) and set(depths) <= set(every_row)

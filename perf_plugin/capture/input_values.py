@@ -42,10 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perf_plugin.backends.streams import copy_to_host
-from perf_plugin.capture.masked_rows import PendingRows, readable_rows
-from perf_plugin.capture.selection_depth import DTYPES, depth_histogram, rows_along
-from perf_plugin.trace.values_file import QUANTILES, CapturedCall, CapturedValues, mark_name, write_values_file
+from perf_plugin.capture.pending_copies import PendingCopy, PendingRows, Selection, readable_rows
+from perf_plugin.trace.values_file import CapturedCall, CapturedValues, mark_name, write_values_file
 
 if TYPE_CHECKING:
     import torch
@@ -204,27 +202,6 @@ def _recordable_floating(value: Any) -> bool:
             and value.numel() <= MAX_FLOATING_VALUES and value.is_contiguous())
 
 
-def quantiles_of(values: list[float]) -> tuple[float, ...]:
-    """``QUANTILES`` values of the sorted ``values`` at even ranks (nearest rank), both ends
-    included: equal values stay equal, so ties in the input are ties in the quantiles."""
-    ordered = sorted(values)
-    last = len(ordered) - 1
-    return tuple(float(ordered[round(i * last / (QUANTILES - 1))]) for i in range(QUANTILES))
-
-
-def _cumulative(values: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(itertools.accumulate(values))
-
-
-@dataclass(frozen=True)
-class Selection:
-    """What a top-k call selects: the ``k`` largest (or smallest) along ``dim``."""
-
-    k: int
-    dim: int
-    largest: bool
-
-
 def _selection(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Selection | None:
     named = (("k", 1), ("dim", 2), ("largest", 3))
     k, dim, largest = (_argument(args, kwargs, name, position) for name, position in named)
@@ -233,64 +210,6 @@ def _selection(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Selection | Non
     if not isinstance(k, int) or not isinstance(dim, int) or not isinstance(largest, bool):
         return None
     return Selection(k, dim, largest)
-
-
-class _PendingCopy:
-    """Values on their way to the host: a pinned buffer filled on a side stream."""
-
-    def __init__(self, value: Any, streams: dict[Any, Any], counts: bool) -> None:
-        self.values: tuple[Any, ...] | None = None
-        self.counts = counts  # per-group counts, recorded as their running sums
-        # attributes, not operations: reading them adds nothing to the trace
-        self.shape = tuple(value.shape) if not isinstance(value, (list, tuple)) else (len(value),)
-        self.dtype = str(getattr(value, "dtype", "")).removeprefix("torch.")
-        if isinstance(value, (list, tuple)):
-            self.values = tuple(int(v) for v in value)
-        elif value.device.type == "cpu":  # already on the host: read now, before anything changes them
-            # (``tolist`` records no operator that does work; a reshape or clone would add rows)
-            self.values = _flat(value.tolist())
-        else:  # on the device's own streams (torch.npu's on an NPU): perf_plugin.backends.streams
-            self.host = copy_to_host(value, streams)
-
-    def _read(self) -> tuple[Any, ...]:
-        if self.values is None:
-            self.values = _flat(self.host.tolist())
-        return self.values
-
-    def result(self) -> tuple[int, ...]:
-        values = tuple(int(v) for v in self._read())
-        return _cumulative(values) if self.counts else values
-
-    def quantiles(self) -> tuple[float, ...]:
-        return quantiles_of([float(v) for v in self._read()])
-
-    def zero_share(self) -> float:
-        values = self._read()
-        return sum(1 for v in values if v == 0) / len(values)
-
-    def depths(self, selection: Selection) -> dict[int, int]:
-        """Depth -> rows of the selection's k-th value (``{}`` for a dtype without a pattern)."""
-        if self.dtype not in DTYPES or not self.shape:
-            return {}
-        rows = rows_along([float(v) for v in self._read()], self.shape, selection.dim)
-        return depth_histogram(rows, selection.k, selection.largest, self.dtype)
-
-
-def _flat(nested: Any) -> tuple[Any, ...]:
-    """``Tensor.tolist()`` of any rank, flattened in row-major order."""
-    if not isinstance(nested, list):
-        return (nested,)
-    out: list[Any] = []
-    stack = [iter(nested)]
-    while stack:
-        item = next(stack[-1], None)
-        if item is None:
-            stack.pop()
-        elif isinstance(item, list):
-            stack.append(iter(item))
-        else:
-            out.append(item)
-    return tuple(out)
 
 
 def _layout(watched: Watched, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
@@ -339,29 +258,29 @@ class InputValueCapture:
         return self
 
     def _record(self, key: str, watched: Watched, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        selection = _selection(args, kwargs) if watched.selects else None
         copies: dict[int, Any] = {}
-        if watched.zeros:  # small operands copied whole, larger ones in blocks of rows
-            for position, (keyword, python_position) in watched.arguments.items():
-                value = _argument(args, kwargs, keyword, python_position)
-                if _recordable_floating(value):
-                    copies[position] = _PendingCopy(value, self._streams, counts=False)
-                elif readable_rows(value, -1):
-                    copies[position] = PendingRows(value, self._streams)
-            self._pending[key] = (watched, copies, None)
-            return
         if watched.masks:
             value = _argument(args, kwargs, *watched.arguments[0])
             if readable_rows(value, _argument(args, kwargs, "dim", 1)):
                 copies[0] = PendingRows(value, self._streams)
-            self._pending[key] = (watched, copies, None)
-            return
-        layout = _layout(watched, args, kwargs)
-        recordable = _recordable_floating if watched.floating else _recordable
-        for position, (keyword, python_position) in watched.arguments.items():
-            value = _argument(args, kwargs, keyword, python_position)
-            if layout is not None and recordable(value):
-                copies[position] = _PendingCopy(value, self._streams, counts=layout == 1)
-        self._pending[key] = (watched, copies, _selection(args, kwargs) if watched.selects else None)
+        elif watched.floating or watched.zeros:
+            # small inputs copied whole, larger ones in blocks of whole rows along the last
+            # dimension (a top-k's where it selects along it: Qwen3-Next's 512 experts' scores)
+            along = selection.dim if selection is not None else -1
+            for position, (keyword, python_position) in watched.arguments.items():
+                value = _argument(args, kwargs, keyword, python_position)
+                if _recordable_floating(value):
+                    copies[position] = PendingCopy(value, self._streams, counts=False)
+                elif readable_rows(value, along):
+                    copies[position] = PendingRows(value, self._streams)
+        else:
+            layout = _layout(watched, args, kwargs)
+            for position, (keyword, python_position) in watched.arguments.items():
+                value = _argument(args, kwargs, keyword, python_position)
+                if layout is not None and _recordable(value):
+                    copies[position] = PendingCopy(value, self._streams, counts=layout == 1)
+        self._pending[key] = (watched, copies, selection)
 
     def __exit__(self, *exc: Any) -> None:
         self._mode.__exit__(*exc)

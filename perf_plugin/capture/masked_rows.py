@@ -1,5 +1,4 @@
-"""Which elements of a softmax's rows are masked, and how they lie in the row: ``masked_rows``;
-and the rows of a large input read in blocks (``PendingRows``), for those and for zero shares.
+"""Which elements of a softmax's rows are masked, and how they lie in the row: ``masked_rows``.
 
 A softmax's time depends on its values: an element far below its row's maximum takes the device's
 slower exponential.  On an H200, ``softmax_warp_forward`` over GPT-OSS's prefill logits
@@ -17,7 +16,7 @@ already were: 55.5 us; those between are rare in a model and counted unmasked).
 
 Rows lie along the last dimension, the one ``SoftmaxV2`` rows are replayed over.  A tensor larger
 than ``budget`` elements is read in evenly spaced blocks of whole rows (a causal mask's rows
-differ from first to last), each copied to the host as ``copy_to_host`` copies (``PendingRows``).
+differ from first to last), each a plain copy to the host (``perf_plugin.capture.pending_copies``).
 The share and runs are taken in plain Python: the capture reads the values after the profiled
 step, still inside the profiler, where tensor operations would add rows to the trace.
 """
@@ -27,12 +26,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from perf_plugin.backends.streams import copy_to_host
-
-if TYPE_CHECKING:
-    import torch
 
 # ln of float32's smallest normal number: an exponential below it is a denormal or zero.
 UNDERFLOW = math.log(2.0 ** -126)
@@ -82,44 +75,3 @@ def masked_rows(rows: Sequence[Sequence[float]]) -> MaskedRows:
     if not elements:
         return MaskedRows(0.0, 0.0)
     return MaskedRows(masked / elements, runs / len(rows))
-
-
-def readable_rows(value: Any, dim: Any) -> bool:
-    """A floating tensor whose rows along ``dim`` are its last dimension's, laid out contiguously:
-    blocks of whole rows are then plain copies (no gathering kernel in the profiled step)."""
-    import torch
-
-    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.dim() == 0:
-        return False
-    if not isinstance(dim, int) or isinstance(dim, bool) or dim not in (-1, value.dim() - 1):
-        return False
-    return value.numel() > 0 and value.is_contiguous()
-
-
-class PendingRows:
-    """Blocks of a tensor's rows on their way to the host (``row_blocks``), and their summary."""
-
-    def __init__(self, value: "torch.Tensor", streams: dict[Any, Any]) -> None:
-        width = value.shape[-1]
-        table = value.view(-1, width)  # a view: no work, and no row in the trace
-        blocks = [table[start:stop] for start, stop in row_blocks(table.shape[0], width)]
-        self.width = width
-        # on the host already: read now, before anything changes them (``tolist`` records no operator)
-        self._read: list[list[Any]] | None = [b.tolist() for b in blocks] if value.device.type == "cpu" else None
-        self._copies = [] if self._read is not None else [copy_to_host(b, streams) for b in blocks]
-
-    def _rows(self) -> list[Any]:
-        """The rows read (once the copies' stream has been synchronised)."""
-        blocks = self._read if self._read is not None else [copy.tolist() for copy in self._copies]
-        return [row for block in blocks for row in block]
-
-    def summary(self) -> MaskedRows:
-        """The masked rows of the blocks read."""
-        return masked_rows(self._rows())
-
-    def zero_share(self) -> float:
-        """The share of the elements read that are zero (a GEMM operand's rows of tokens routed
-        elsewhere)."""
-        rows = self._rows()
-        zeros = sum(1 for row in rows for value in row if value == 0)
-        return zeros / max(1, sum(len(row) for row in rows))

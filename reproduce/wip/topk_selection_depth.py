@@ -28,7 +28,7 @@ import statistics
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from perf_plugin.capture.input_values import quantiles_of
+from perf_plugin.capture.pending_copies import quantiles_of
 from perf_plugin.capture.selection_depth import depth_histogram
 from perf_plugin.replay.value_draws import draw_from_quantiles, with_recorded_depths
 
