@@ -13,6 +13,7 @@ the step, still inside the profiler, where tensor operations would add rows to t
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,11 @@ def quantiles_of(values: list[float]) -> tuple[float, ...]:
     ordered = sorted(values)
     last = len(ordered) - 1
     return tuple(float(ordered[round(i * last / (QUANTILES - 1))]) for i in range(QUANTILES))
+
+
+def zero_share_of(values: Sequence[Any]) -> float:
+    """The share of ``values`` that are zero (0.0 for none)."""
+    return sum(1 for value in values if value == 0) / max(1, len(values))
 
 
 def cumulative(values: tuple[int, ...]) -> tuple[int, ...]:
@@ -76,8 +82,7 @@ class PendingCopy:
         return quantiles_of([float(v) for v in self._read()])
 
     def zero_share(self) -> float:
-        values = self._read()
-        return sum(1 for v in values if v == 0) / len(values)
+        return zero_share_of(self._read())
 
     def depths(self, selection: Selection) -> dict[int, int]:
         """Depth -> rows of the selection's k-th value (``{}`` for a dtype without a pattern)."""
@@ -150,6 +155,4 @@ class PendingRows:
     def zero_share(self) -> float:
         """The share of the elements read that are zero (a GEMM operand's rows of tokens routed
         elsewhere)."""
-        rows = self._rows()
-        zeros = sum(1 for row in rows for value in row if value == 0)
-        return zeros / max(1, sum(len(row) for row in rows))
+        return zero_share_of([value for row in self._rows() for value in row])
