@@ -280,6 +280,25 @@ DIV_CELLS = {"Input Shapes": '"64,16;64,16"', "Input Data Types": "FLOAT;FLOAT",
              "Output Shapes": '"64,16"', "Output Data Types": "FLOAT", "Output Formats": "FORMAT_ND"}
 
 
+def linked_row(tmp_path: Path, token: str, cells: dict[str, str], kernel: str, operator: str) -> dict[str, str]:
+    """The database row of one kernel (``cells``: its identity, ``Type`` included) launched by
+    ``operator`` inside the capture's first range (``token``), after ``perfdb ingest`` of its
+    Ascend profile; the capture's values file is ``tmp_path/prof/rank0.values.json``."""
+    launch = Launch((64, 16, 1), mark_name(token, 0), "1736408883728218.784", "1736408883728300.100", "2.1")
+    output = tmp_path / "prof" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    output.mkdir(parents=True)
+    (output / "kernel_details.csv").write_text(ascend_profile.kernel_details_text(
+        [{**cells, "Name": kernel, "Start Time(us)": launch.start + "\t", "Duration(us)": launch.duration}]),
+        encoding="utf-8")
+    events = trace_events([]) + launch_events(0, launch, False, operator=operator, kernel=kernel)
+    (output / "trace_view.json").write_text(json.dumps(events), encoding="utf-8")
+    report = ingest_path(output.parent, tmp_path / "db")
+    assert "1 of 1 captured call(s) attached, to 1 kernel launch(es)" in "\n".join(report.lines())
+    with (tmp_path / "db" / f"{cells['Type']}.csv").open(newline="", encoding="utf-8") as handle:
+        (row,) = csv.DictReader(handle)
+    return row
+
+
 def test_a_division_row_gets_the_share_of_zero_operands_its_call_saw_and_the_replay_zeroes_it(tmp_path: Path) -> None:
     """A router's ``(max - scores) / |scores|.clamp(max)`` captured (one zero numerator a row), its
     ``RealDiv`` kernel linked through trace_view.json: the row carries the shares, and the
@@ -287,27 +306,38 @@ def test_a_division_row_gets_the_share_of_zero_operands_its_call_saw_and_the_rep
     scores = torch.randn(64, 16, generator=torch.Generator().manual_seed(0))
     top = scores.max(dim=-1, keepdim=True).values
     with tp.profile(activities=[tp.ProfilerActivity.CPU], record_shapes=True):
-        with capture_input_values(tmp_path / "prof" / "rank0.values.json"):
+        with capture_input_values(tmp_path / "prof" / "rank0.values.json") as capture:
             torch.div(top - scores, scores.abs().clamp(min=top))
-    captured = read_values_file(tmp_path / "prof" / "rank0.values.json")
-    (call,) = captured.calls.values()
+    (call,) = capture.values.calls.values()
     assert call.zeros == {0: 1 / 16, 1: 0.0}
-    launch = Launch((64, 16, 1), mark_name(captured.token, 0), "1736408883728218.784", "1736408883728300.100", "2.1")
-    output = tmp_path / "prof" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
-    output.mkdir(parents=True)
-    (output / "kernel_details.csv").write_text(ascend_profile.kernel_details_text(
-        [{**DIV_CELLS, "Name": DIV_KERNEL, "Type": "RealDiv", "Start Time(us)": launch.start + "\t",
-          "Duration(us)": launch.duration}]), encoding="utf-8")
-    events = trace_events([]) + launch_events(0, launch, False, operator="aten::div", kernel=DIV_KERNEL)
-    (output / "trace_view.json").write_text(json.dumps(events), encoding="utf-8")
-    report = ingest_path(output.parent, tmp_path / "db")
-    assert "1 of 1 captured call(s) attached, to 1 kernel launch(es)" in "\n".join(report.lines())
-
-    with (tmp_path / "db" / "RealDiv.csv").open(newline="", encoding="utf-8") as handle:
-        (row,) = csv.DictReader(handle)
+    row = linked_row(tmp_path, capture.values.token, {**DIV_CELLS, "Type": "RealDiv"}, DIV_KERNEL, "aten::div")
     assert parse_zero_shares_cell(row[PROFILING_INPUT_ZERO_SHARES]) == (1 / 16, 0.0)
     x, y = replay_of("RealDiv").make_inputs(kernel_row("RealDiv", row), torch.device("cpu"), torch.Generator().manual_seed(0))
     assert int((x == 0).sum()) == 64 and int((y == 0).sum()) == 0
+
+
+# Named as the real Level1 profile names its MatMulV2 kernels (aclnnAddmm_MatMulCommon_MatMulV2).
+BMM_KERNEL = "aclnnBatchMatMul_BatchMatMulCommon_BatchMatMulV2"
+BMM_CELLS = {"Type": "BatchMatMulV2", "Input Shapes": '"4,16,64;4,64,32"', "Input Data Types": "FLOAT;FLOAT",
+             "Input Formats": "FORMAT_ND;FORMAT_ND", "Output Shapes": '"4,16,32"', "Output Data Types": "FLOAT",
+             "Output Formats": "FORMAT_ND"}
+
+
+def test_a_batched_gemm_row_gets_its_operands_zero_shares_and_the_replay_zeroes_them(tmp_path: Path) -> None:
+    """Llama 4's experts: every token times every expert, the tokens routed elsewhere zeroed (3 of
+    4 rows), captured around ``torch.bmm``; its ``BatchMatMulV2`` kernel linked through trace_view.json."""
+    generator = torch.Generator().manual_seed(0)
+    routed = torch.randn(4, 16, 64, generator=generator) * (torch.arange(4).view(4, 1, 1) == torch.arange(16) % 4).view(4, 16, 1)
+    with tp.profile(activities=[tp.ProfilerActivity.CPU], record_shapes=True):
+        with capture_input_values(tmp_path / "prof" / "rank0.values.json") as capture:
+            torch.bmm(routed, torch.randn(4, 64, 32, generator=generator))
+    (call,) = capture.values.calls.values()
+    assert call.zeros == {0: 0.75, 1: 0.0}
+    row = linked_row(tmp_path, capture.values.token, BMM_CELLS, BMM_KERNEL, "aten::bmm")
+    assert parse_zero_shares_cell(row[PROFILING_INPUT_ZERO_SHARES]) == (0.75, 0.0)
+    a, b = replay_of("BatchMatMulV2").make_inputs(kernel_row("BatchMatMulV2", row), torch.device("cpu"),
+                                                  torch.Generator().manual_seed(0))
+    assert int((a == 0).sum()) == 4 * 16 * 64 * 3 // 4 and int((b == 0).sum()) == 0
 
 
 # ----------------------------------------------------------------------------- linking, unit by unit

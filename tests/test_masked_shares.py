@@ -26,10 +26,9 @@ from perf_plugin.database.masked_shares_cell import masked_shares_cell, parse_ma
 from perf_plugin.database.schema import PROFILING_INPUT_MASKED_SHARES
 from perf_plugin.ingest.pipeline import ingest_path
 from perf_plugin.replay.base import CaseBuildError
-from perf_plugin.trace.values_file import CapturedCall, CapturedValues, mark_name, read_values_file, write_values_file
-from tests import ascend_profile
+from perf_plugin.trace.values_file import CapturedCall, CapturedValues, read_values_file, write_values_file
 from tests.kernels.support import kernel_row, replay_of, replay_on_cpu
-from tests.test_ascend_input_values import Launch, launch_events, trace_events
+from tests.test_ascend_input_values import linked_row
 
 HEADS, TOKENS, HEAD_DIM = 4, 64, 16
 
@@ -186,21 +185,10 @@ def test_an_ascend_softmax_row_gets_its_calls_masked_share_and_the_replay_masks_
     with capture_input_values(tmp_path / "prof" / "rank0.values.json") as capture:
         torch.softmax(causal_scores(1, TOKENS)[0, 0], dim=-1)
     ((share, runs),) = capture.values.calls["0"].masked.values()
-    launch = Launch((TOKENS, TOKENS, 1), mark_name(capture.values.token, 0), "1736408883728218.784",
-                    "1736408883728300.100", "3.2")
-    output = tmp_path / "prof" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
-    output.mkdir(parents=True)
     shape = f'"{TOKENS},{TOKENS}"'
-    (output / "kernel_details.csv").write_text(ascend_profile.kernel_details_text([{
-        "Name": SOFTMAX_KERNEL, "Type": "SoftmaxV2", "Start Time(us)": launch.start + "\t", "Duration(us)": "3.2",
-        "Input Shapes": shape, "Input Data Types": "FLOAT", "Input Formats": "FORMAT_ND", "Output Shapes": shape,
-        "Output Data Types": "FLOAT", "Output Formats": "FORMAT_ND"}]), encoding="utf-8")
-    events = trace_events([]) + launch_events(0, launch, False, operator="aten::softmax", kernel=SOFTMAX_KERNEL)
-    (output / "trace_view.json").write_text(json.dumps(events), encoding="utf-8")
-    report = ingest_path(output.parent, tmp_path / "db")
-    assert "1 of 1 captured call(s) attached, to 1 kernel launch(es)" in "\n".join(report.lines())
-    with (tmp_path / "db" / "SoftmaxV2.csv").open(newline="", encoding="utf-8") as handle:
-        (row,) = csv.DictReader(handle)
+    cells = {"Type": "SoftmaxV2", "Input Shapes": shape, "Input Data Types": "FLOAT", "Input Formats": "FORMAT_ND",
+             "Output Shapes": shape, "Output Data Types": "FLOAT", "Output Formats": "FORMAT_ND"}
+    row = linked_row(tmp_path, capture.values.token, cells, SOFTMAX_KERNEL, "aten::softmax")
     assert parse_masked_shares_cell(row[PROFILING_INPUT_MASKED_SHARES]) == (pytest.approx((share, runs), rel=1e-5),)
     x, _, _ = replay_of("SoftmaxV2").make_inputs(kernel_row("SoftmaxV2", row), torch.device("cpu"),
                                                  torch.Generator().manual_seed(0))
