@@ -339,6 +339,8 @@ TINY_DIMENSIONS = {
     "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 128,
     "shared_expert_intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
     "vocab_size": 1024, "num_experts": 8, "num_local_experts": 8, "n_routed_experts": 8,
+    # Mamba-2 layers (Bamba, Granite-4.0-H): heads x head size = the expanded width (2 x 256)
+    "mamba_n_heads": 8, "mamba_d_head": 64,
 }
 
 
@@ -392,18 +394,45 @@ def fill_open_defaults(config: Any) -> None:
         config.head_dim = config.hidden_size // config.num_attention_heads
 
 
+FULL_ATTENTION = "full_attention"
+
+
 def kept_layer_types(types: list[str], layers: int) -> list[str]:
     """The kinds of the first ``layers`` layers of a hybrid model (``layer_types``), each kind the
-    model has kept at least once where ``layers`` allows: Qwen3-Next's two layers are a linear-
-    and a full-attention one, not its first two linear ones."""
-    kinds = list(dict.fromkeys(types))
+    model has kept at least once where ``layers`` allows, a full-attention layer first: Qwen3-Next's
+    two layers are a linear- and a full-attention one, not its first two linear ones.  A model of
+    state-keeping layers alone (Granite-4.0-H's defaults) gets one attention layer too: a cache
+    asks an attention layer the sequence length (transformers refuses a cache of states alone)."""
     kept = types[:layers]
-    for kind in kinds:
-        if kind not in kept and len(set(kept)) < layers:
+    kinds = list(dict.fromkeys(types))
+    if FULL_ATTENTION not in kept and (FULL_ATTENTION in kinds or "linear_attention" in kinds):
+        kinds.insert(0, FULL_ATTENTION)
+    for kind in dict.fromkeys(kinds):
+        if kind not in kept and (len(set(kept)) < layers or kind == FULL_ATTENTION):
             # replace the last of the kind kept most often
             most = max(dict.fromkeys(kept), key=kept.count)
             kept[len(kept) - 1 - kept[::-1].index(most)] = kind
     return kept
+
+
+def fit_hybrid_layers(config: Any, layers: int) -> None:
+    """A hybrid model's ``layers`` layers as ``kept_layer_types`` says, through the fields its
+    configuration derives them from where ``layer_types`` is read-only: Jamba's attention period
+    and offset, Bamba's attention indices (none by default)."""
+    types = getattr(config, "layer_types", None)
+    if not isinstance(types, list) or (len(types) <= layers and FULL_ATTENTION in types):
+        return
+    kept = kept_layer_types(types, layers)
+    try:
+        config.layer_types = kept
+        return
+    except AttributeError:  # derived from other fields
+        pass
+    attention = [i for i, kind in enumerate(kept) if kind == FULL_ATTENTION]
+    if getattr(config, "attn_layer_period", None) and attention:
+        config.attn_layer_period, config.attn_layer_offset = layers, attention[0]
+    if hasattr(config, "attn_layer_indices"):
+        config.attn_layer_indices = attention
 
 
 def build_model(name: str, layers: int, device: str, tiny: bool, tokens: int) -> Any:
@@ -411,8 +440,7 @@ def build_model(name: str, layers: int, device: str, tiny: bool, tokens: int) ->
 
     config = model_config(name, tiny)
     config.num_hidden_layers = layers
-    if isinstance(getattr(config, "layer_types", None), list) and len(config.layer_types) > layers:
-        config.layer_types = kept_layer_types(config.layer_types, layers)
+    fit_hybrid_layers(config, layers)
     fill_open_defaults(config)
     config._attn_implementation = "sdpa"
     if expert_count(config):

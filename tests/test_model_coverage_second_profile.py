@@ -136,7 +136,35 @@ def test_a_hybrid_models_few_layers_keep_each_kind_it_has(model_coverage: Module
     assert model_coverage.kept_layer_types(["sliding_attention", "full_attention"] * 13, 2) == [
         "sliding_attention", "full_attention"]  # Gemma 2: its first two already
     assert model_coverage.kept_layer_types(qwen3_next, 3) == ["linear_attention"] * 2 + ["full_attention"]
-    assert model_coverage.kept_layer_types(qwen3_next, 1) == ["linear_attention"]
+    assert model_coverage.kept_layer_types(qwen3_next, 1) == ["full_attention"]  # a cache needs an attention layer
+    nemotron_h = ["linear_attention", "moe", "full_attention", "mlp"]
+    assert model_coverage.kept_layer_types(nemotron_h, 2) == ["full_attention", "moe"]
+    granite_h = ["linear_attention"] * 32  # the defaults: state-keeping layers alone
+    assert model_coverage.kept_layer_types(granite_h, 2) == ["linear_attention", "full_attention"]
+    llama4 = ["chunked_attention"] * 3 + ["full_attention"]
+    assert model_coverage.kept_layer_types(llama4 * 12, 2) == ["chunked_attention", "full_attention"]
+
+
+def test_a_hybrid_model_whose_layer_kinds_are_derived_gets_them_through_its_own_fields(model_coverage: ModuleType) -> None:
+    """Jamba's layer kinds follow an attention period and offset, Bamba's attention indices."""
+
+    class Derived:
+        def __init__(self, **fields: object) -> None:
+            self.__dict__.update(fields)
+
+        @property
+        def layer_types(self) -> list[str]:  # read-only, as Jamba's and Bamba's configurations have it
+            period, offset, indices = (getattr(self, n, None) for n in ("attn_layer_period", "attn_layer_offset",
+                                                                       "attn_layer_indices"))
+            return ["full_attention" if (i in (indices or ()) if period is None else i % period == offset)
+                    else "linear_attention" for i in range(32)]
+
+    jamba = Derived(attn_layer_period=8, attn_layer_offset=4)
+    model_coverage.fit_hybrid_layers(jamba, 2)
+    assert (jamba.attn_layer_period, jamba.attn_layer_offset) == (2, 1)
+    bamba = Derived(attn_layer_indices=None)
+    model_coverage.fit_hybrid_layers(bamba, 2)
+    assert bamba.attn_layer_indices == [1]
 
 
 def test_a_hybrid_models_prefill_cache_holds_the_states_its_configuration_names(model_coverage: ModuleType) -> None:
