@@ -48,26 +48,13 @@ DEVICE, BF16 = "cuda", torch.bfloat16
 EXPERTS, TOKENS = 16, 512
 
 
-def bmm_us(a: torch.Tensor, b: torch.Tensor, calls: int = 20) -> tuple[float, float]:
-    """The median and least device time of ``torch.bmm(a, b)``'s kernel."""
+def bmm_us(a: torch.Tensor, b: torch.Tensor, idle_s: float = 0.0, calls: int = 20) -> tuple[float, float]:
+    """The median and least device time of ``torch.bmm(a, b)``'s kernel, each call after
+    ``idle_s`` of idle device (0: back to back)."""
     torch.bmm(a, b)
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            torch.bmm(a, b)
-        torch.cuda.synchronize()
-    with tempfile.NamedTemporaryFile(suffix=".json") as handle:
-        prof.export_chrome_trace(handle.name)
-        events = json.load(open(handle.name))["traceEvents"]
-    durations = [float(e["dur"]) for e in events if e.get("cat") == "kernel"]
-    return statistics.median(durations), min(durations)
-
-
-def with_idle(a: torch.Tensor, b: torch.Tensor, idle_s: float, calls: int = 20) -> float:
-    """The median device time of ``torch.bmm(a, b)`` with ``idle_s`` of idle device before each call."""
-    torch.bmm(a, b)
-    torch.cuda.synchronize()
-    time.sleep(0.5)
+    if idle_s:
+        time.sleep(0.5)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             if idle_s:
@@ -78,7 +65,8 @@ def with_idle(a: torch.Tensor, b: torch.Tensor, idle_s: float, calls: int = 20) 
     with tempfile.NamedTemporaryFile(suffix=".json") as handle:
         prof.export_chrome_trace(handle.name)
         events = json.load(open(handle.name))["traceEvents"]
-    return statistics.median(float(e["dur"]) for e in events if e.get("cat") == "kernel")
+    durations = [float(e["dur"]) for e in events if e.get("cat") == "kernel"]
+    return statistics.median(durations), min(durations)
 
 
 def sm_clock() -> str:
@@ -111,7 +99,7 @@ def main() -> None:
         for case, a in (("+-[0.5, 1.5]", default), ("silu(g) * u", activation)):
             for idle in (0.0, 0.005):
                 print(f"down, {tokens} token(s) a row, {case:13s} idle {idle * 1000:.0f} ms: "
-                      f"{with_idle(a, weights, idle):8.1f} us  ({sm_clock()})", flush=True)
+                      f"{bmm_us(a, weights, idle)[0]:8.1f} us  ({sm_clock()})", flush=True)
 
 
 if __name__ == "__main__":
