@@ -224,6 +224,10 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
     stds = stats["std"].to_numpy(dtype=float)
     text_cells = {field: stats[name].tolist() if name in stats.columns else [""] * len(stats)
                   for field, name in _TEXT_FIELDS.items()}
+
+    def text_fields(i: int) -> dict[str, Any]:  # the row's text cells, by AggregatedRow field
+        return {field: str(cells[i]) for field, cells in text_cells.items()}
+
     for i, key in enumerate(stats.index):
         kernel_type, identity = _identity(group_key, key, first_cells[i], details)
         means = means_table[i] if means_table is not None else ()
@@ -238,16 +242,7 @@ def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:
                 counters={
                     name: (None if math.isnan(means[j]) else float(means[j])) for j, name in enumerate(counters)
                 },
-                kernels=str(text_cells["kernels"][i]),
-                input_reuse=str(text_cells["input_reuse"][i]),
-                input_reuse_spread=str(text_cells["input_reuse_spread"][i]),
-                input_reuse_calls=str(text_cells["input_reuse_calls"][i]),
-                input_block_reuse=str(text_cells["input_block_reuse"][i]),
-                code_reuse=str(text_cells["code_reuse"][i]),
-                input_quantiles=str(text_cells["input_quantiles"][i]),
-                selection_depths=str(text_cells["selection_depths"][i]),
-                input_zero_shares=str(text_cells["input_zero_shares"][i]),
-                input_masked_shares=str(text_cells["input_masked_shares"][i]),
+                **text_fields(i),
             )
         )
     # One CSV per kernel type: keep each type's rows together, types in order of first appearance.
