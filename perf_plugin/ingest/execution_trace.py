@@ -26,8 +26,9 @@ node (or of the callee the mapping came from), by shape, in order.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +48,23 @@ class TracedTensor:
 
 
 @dataclass(frozen=True)
+class TracedList:
+    """A tensor list argument as the execution trace recorded it, whole: each tensor's shape,
+    strides and element type name (``c10::BFloat16``, as the Kineto trace spells dtypes)."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    strides: tuple[tuple[int, ...], ...] | None
+    dtypes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class TracedCall:
-    """An operator's tensors, flattened in argument order (a list's tensors in its place)."""
+    """An operator's tensors, flattened in argument order (a list's tensors in its place), and its
+    tensor list arguments by argument index."""
 
     inputs: tuple[TracedTensor, ...]
     outputs: tuple[TracedTensor, ...]
+    lists: dict[int, TracedList] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,7 +97,8 @@ def read_execution_trace(path: Path) -> ExecutionTrace:
     for node in nodes:
         try:
             record_id = next(a["value"] for a in node.get("attrs", ()) if a.get("name") == "rf_id")
-            calls[int(record_id)] = TracedCall(_tensors(node["inputs"]), _tensors(node["outputs"]))
+            inputs = node["inputs"]
+            calls[int(record_id)] = TracedCall(_tensors(inputs), _tensors(node["outputs"]), _lists(inputs))
         except StopIteration:
             continue  # the observer's own nodes carry no operator
         except (KeyError, TypeError, ValueError, AttributeError):
@@ -96,6 +110,33 @@ def read_execution_trace(path: Path) -> ExecutionTrace:
 
 def _tensors(side: dict[str, Any]) -> tuple[TracedTensor, ...]:
     return tuple(_flat(side["values"], side["shapes"]))
+
+
+LIST_TYPE = re.compile(r"GenericList\[(.*)\]")
+ELEMENT_TYPE = re.compile(r"Tensor\(([^()]*)\)")
+
+
+def _lists(side: dict[str, Any]) -> dict[int, TracedList]:
+    """The arguments that are lists of tensors (``GenericList[Tensor(float),Tensor(float)]``), by index."""
+    strides = side.get("strides") or []
+    lists: dict[int, TracedList] = {}
+    for index, (type_name, values, shapes) in enumerate(zip(side.get("types") or [], side["values"], side["shapes"])):
+        match = LIST_TYPE.fullmatch(type_name) if isinstance(type_name, str) else None
+        if match is None or not isinstance(values, list) or not values:
+            continue
+        elements = [ELEMENT_TYPE.fullmatch(element) for element in match.group(1).split(",")]
+        if len(elements) != len(values) or not all(_is_tensor(value) for value in values):
+            continue
+        if not all(elements) or not isinstance(shapes, list) or len(shapes) != len(values):
+            continue
+        listed = strides[index] if index < len(strides) else None
+        lists[index] = TracedList(
+            tuple(tuple(int(size) for size in shape) for shape in shapes),
+            tuple(tuple(int(step) for step in steps) for steps in listed)
+            if isinstance(listed, list) and len(listed) == len(values) else None,
+            tuple(element.group(1) for element in elements if element is not None),
+        )
+    return lists
 
 
 def _flat(values: Any, shapes: Any) -> Iterator[TracedTensor]:

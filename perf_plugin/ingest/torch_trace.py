@@ -50,6 +50,7 @@ from perf_plugin.ingest.aggregate import (
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
 from perf_plugin.ingest.code_reuse import code_reuse_bytes, code_reuse_distances
 from perf_plugin.ingest.execution_trace import ExecutionTrace, execution_trace_for, storages_of
+from perf_plugin.ingest.traced_lists import complete_tensor_lists, has_unrecorded_lists
 from perf_plugin.ingest.input_reuse import input_reuse
 from perf_plugin.ingest.input_values import ValuesAttachment, attach_values, values_for_trace
 from perf_plugin.ingest.tensor_lifetimes import release_times
@@ -222,12 +223,14 @@ def read_trace_file(
 ) -> tuple[ProfileTable, TraceSummary]:
     """The samples of a trace file, with the input values of ``values_path`` (default: the
     ``<trace>.values.json`` beside it, where there is one) attached to their calls, and the
-    tensors of ``execution_path`` (default: the ``<trace>.et.json`` beside it) naming their inputs.
-    The one beside a trace without device activity is not read: only the device's reuse distances
-    use it."""
+    tensors of ``execution_path`` (default: the ``<trace>.et.json`` beside it) naming their inputs
+    and completing their tensor lists.  The one beside a trace without device activity is read
+    only where a tensor list was left out: only the device's reuse distances use the rest."""
     trace = read_chrome_trace(path)
-    wanted = bool(trace.activities) or execution_path is not None
+    wanted = bool(trace.activities) or execution_path is not None or has_unrecorded_lists(trace.ops)
     execution = execution_trace_for(Path(path), execution_path) if wanted else None
+    if execution is not None:
+        complete_tensor_lists(trace.ops, execution)
     return _with_values(trace, values_for_trace(Path(path), values_path), execution)
 
 

@@ -164,9 +164,11 @@ def tensor_list_arg(op: TraceOp, index: int) -> list[Tensor] | None:
     # exported traces record a list's strides as a list per element (``[[16384, 2048, 32, 1], ...]``)
     listed = op.strides[index] if index < len(op.strides) else None
     strides = listed if isinstance(listed, list) and len(listed) == len(dims) else [None] * len(dims)
+    dtypes = op.list_dtypes.get(index, ())
+    dtypes = dtypes if len(dtypes) == len(dims) else ("",) * len(dims)
     return [
-        Tensor(tuple(d), "", tuple(s) if is_int_list(s) and len(s) == len(d) else None)
-        for d, s in zip(dims, strides)
+        Tensor(tuple(d), dtype, tuple(s) if is_int_list(s) and len(s) == len(d) else None)
+        for d, s, dtype in zip(dims, strides, dtypes)
     ]
 
 

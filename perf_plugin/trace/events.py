@@ -28,6 +28,9 @@ class TraceOp:
     types: list[str] = field(default_factory=list)
     concrete: list[Any] = field(default_factory=list)
     strides: list[Any] = field(default_factory=list)  # per argument, as ``dims`` (empty when not recorded)
+    # argument index -> the dtype of each tensor of that list, which the profiler does not record
+    # (from an execution trace, perf_plugin.ingest.traced_lists)
+    list_dtypes: dict[int, tuple[str, ...]] = field(default_factory=dict)
     # argument index -> the flattened values of that integer tensor, where a capture recorded
     # them (perf_plugin.capture; attached by perf_plugin.ingest.input_values)
     values: dict[int, tuple[int, ...]] = field(default_factory=dict)

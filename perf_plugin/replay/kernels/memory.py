@@ -54,7 +54,9 @@ def _cpu_copy(value: Any) -> Any:
 # ----------------------------------------------------------------------------- trace ingest
 def _trace_cat(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
     """``cat``: the output adds up the inputs along ``dim``.  The profiler records no dtypes for
-    tensors passed in a list; those dtype slots are left empty rather than guessed."""
+    tensors passed in a list; those dtype slots are left empty rather than guessed, unless an
+    execution trace gave them (``TraceOp.list_dtypes``): the output then has the inputs' dtype
+    where they share one."""
     tensors = tensor_list_arg(op, 0)
     if not tensors:
         return None
@@ -68,11 +70,12 @@ def _trace_cat(op: TraceOp, _: list[TraceOp]) -> MappedOp | None:
         dim = dim % rank
         out = list(shaped[0].shape)
         out[dim] = sum(t.shape[dim] for t in shaped)
-        outputs = (Slot(tuple(out), ""),)
+        dtypes = {t.dtype for t in shaped}
+        outputs = (Slot(tuple(out), dtypes.pop() if len(dtypes) == 1 else ""),)
     # the strides of the listed inputs choose the kernel: cat of views (a rotate-half of q/k
     # slices) takes the generic copy, of contiguous tensors the vectorized batched copy
     strides = tuple(t.strides for t in tensors)
-    return MappedOp("ConcatD", tuple(Slot(t.shape, "") for t in tensors), outputs, strides=strides)
+    return MappedOp("ConcatD", tuple(Slot(t.shape, t.dtype) for t in tensors), outputs, strides=strides)
 
 
 def _gather(weight: Tensor, indices: Tensor) -> MappedOp:
