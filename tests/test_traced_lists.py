@@ -102,3 +102,21 @@ def test_a_list_of_other_than_tensors_is_not_taken(tmp_path: Path) -> None:
     path = tmp_path / "run.et.json"
     path.write_text(json.dumps(document))
     assert read_execution_trace(path)[3].lists == {}
+
+
+def test_an_optimizers_foreach_update_of_every_parameter_takes_its_lists(tmp_path: Path) -> None:
+    """AdamW's ``_foreach_`` step over 40 parameters, each list past the profiler's 30."""
+    model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(20)])
+    optimizer = torch.optim.AdamW(model.parameters(), foreach=True)
+    model(torch.randn(4, 16)).sum().backward()
+    trace = tmp_path / "run.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 execution_trace_observer=execution_trace_observer(trace)) as prof:
+        optimizer.step()
+    prof.export_chrome_trace(str(trace))
+    parameters = ";".join(["16,16", "16"] * 20)
+    rows = {(row.kernel_type, row.cells["Input Shapes"]) for row in ingest_path(trace, None).rows}
+    assert ("aten._foreach_sqrt", f'"{parameters}"') in rows, sorted(rows)
+    addcdiv = [shapes for kind, shapes in rows if kind == "aten._foreach_addcdiv"]
+    assert [shapes.count(";") + 1 for shapes in addcdiv] == [120]  # three lists of the 40 parameters' shapes
+    assert addcdiv[0].startswith(f'"{parameters};') and addcdiv[0].endswith(f';{parameters}"')
