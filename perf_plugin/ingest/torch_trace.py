@@ -50,10 +50,10 @@ from perf_plugin.ingest.aggregate import (
 from perf_plugin.ingest.aten_mapping import does_work, map_operator
 from perf_plugin.ingest.code_reuse import code_reuse_bytes, code_reuse_distances
 from perf_plugin.ingest.execution_trace import ExecutionTrace, execution_trace_for, storages_of
-from perf_plugin.ingest.traced_lists import complete_tensor_lists, has_unrecorded_lists
 from perf_plugin.ingest.input_reuse import input_reuse
 from perf_plugin.ingest.input_values import ValuesAttachment, attach_values, values_for_trace
 from perf_plugin.ingest.tensor_lifetimes import release_times
+from perf_plugin.ingest.traced_lists import complete_tensor_lists, has_unrecorded_lists
 from perf_plugin.ingest.list_dtypes import (
     READERS_LOOKED_AT,
     resolve_cat_dtypes,

@@ -3,8 +3,9 @@
 The Kineto trace records a tensor list argument's dims and strides only up to 30 tensors: a
 ``torch.stack`` of 31 or more (the per-step outputs a Mamba block's sequential scan stacks, 512
 of them on a 512-token prefill; an optimizer's ``_foreach_`` update of every parameter) records
-``[]`` for the list, and the row then has no arguments to replay.  It never records the dtype of a list's tensors (``TensorList``), which
-``perf_plugin.ingest.list_dtypes`` infers from the kernels and readers around a ``cat``.
+``[]`` for the list, and the row then has no arguments to replay.  It never records the dtype of
+a list's tensors (``TensorList``), which ``perf_plugin.ingest.list_dtypes`` infers from the
+kernels and readers around a ``cat``.
 
 The execution trace beside the profile (``<trace>.et.json``) records every tensor of the list with
 its shape, strides and element type (``GenericList[Tensor(c10::BFloat16),...]``), on the node
