@@ -44,6 +44,7 @@ AVERAGE = "Average Duration(us)"
 SLOW_REPLAYS = '''
 """Tanh, slowly: each call sleeps, so a run of a few rows lasts long enough to be interrupted."""
 import os
+import signal
 import time
 
 from perf_plugin.replay.base import CaseBuildError, OpReplay
@@ -52,6 +53,9 @@ SLEEP_S = float(os.environ.get("SLOW_TANH_S", "0.02"))
 # STALL_AT_CALL=N: the N-th call in a process hangs for a minute (a long case), after touching
 # stalled-<pid> in the working directory
 STALL_AT = int(os.environ.get("STALL_AT_CALL", "0"))
+# HOLD_AT_CALL=N: the N-th call in a process runs 3 s deaf to SIGINT, as a long C++ kernel is
+# (Python runs the handler when it returns), after touching holding-<pid>
+HOLD_AT = int(os.environ.get("HOLD_AT_CALL", "0"))
 CALLS = [0]
 
 class SlowTanhReplay(OpReplay):
@@ -69,6 +73,13 @@ class SlowTanhReplay(OpReplay):
         if CALLS[0] == STALL_AT:
             open(f"stalled-{os.getpid()}", "w").close()
             time.sleep(60)
+        if CALLS[0] == HOLD_AT:
+            open(f"holding-{os.getpid()}", "w").close()
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                time.sleep(3)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         time.sleep(SLEEP_S)
         return x.tanh()
 '''
@@ -331,6 +342,25 @@ def test_an_interrupt_under_xdist_writes_back_every_case_a_worker_measured(
     assert summary in output, output
     last = output.strip().splitlines()[-1]
     assert f"{len(results)} measured, {len(results)} written, {TOTAL_ROWS - len(results)} left for missing-only" in last, output
+    # a case the interrupt stopped is not a crash nor a failure: it was not measured
+    assert "crashed while running" not in output and " failed" not in last, output
+
+
+def test_a_case_an_interrupt_stops_under_xdist_is_reported_not_measured_not_crashed(tmp_path: Path) -> None:
+    """SIGINT to a background job's process group (its controller ignores it, its workers hear
+    it) reaches a worker inside a long kernel, which hears it only when the kernel returns: xdist
+    reports the case a worker was running when its session ended interrupted as a crash; it was
+    stopped, not crashed, and is left for the next run."""
+    project = make_project(tmp_path / "project")
+    process = start_bench(project, "-n", "2", "-rs", own_group=True, background=True,
+                          env={"SLOW_TANH_S": "0.1", "HOLD_AT_CALL": "8"})
+    wait_for(lambda: any(project.glob("holding-*")), process, timeout=180)
+    os.killpg(process.pid, signal.SIGINT)
+    output = process.communicate(timeout=120)[0]
+    assert process.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert "crashed while running" not in output and "took its worker down" not in output, output
+    assert "interrupted while it ran, not measured (--perf-update-mode missing-only measures it)" in output, output
+    assert " failed" not in output.strip().splitlines()[-1], output
 
 
 TORCHRUN_WITH_SIGINT = (

@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -22,8 +22,10 @@ from perf_plugin.run.crashes import (
     crash_cause,
     enable_fault_log,
     fault_log,
+    interrupted_case_report,
     lost_case_ids,
     rerun_lost_cases,
+    worker_was_interrupted,
 )
 from perf_plugin.run.setup import is_worker
 from perf_plugin.run.state import RUN_STATE, CaseRecord, RunState
@@ -87,7 +89,13 @@ class CrashHooks:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
-        """A case took its worker down: its failure says why, and it is recorded as failed."""
+        """A case took its worker down: its failure says why, and it is recorded as failed.  A
+        case an interrupt stopped is reported skipped, not measured: it left for the next run."""
+        if worker_was_interrupted(getattr(report, "node", None)):
+            report.outcome = "skipped"
+            # (path, None, reason): pytest's own skips without a line carry None, which its type omits
+            report.longrepr = cast(Any, interrupted_case_report(crashitem))
+            return
         worker = getattr(getattr(report, "node", None), "gateway", None)
         path = fault_log(self.fault_dir, worker.id) if self.fault_dir is not None and worker is not None else None
         cause = crash_cause(path)

@@ -22,7 +22,9 @@ import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+import pytest
 
 from perf_plugin.run.state import CaseRecord
 
@@ -55,6 +57,19 @@ def crash_cause(path: Path | None) -> str:
         return "the process died without a Python fault report (killed by a signal, or the out-of-memory killer)"
     frames = [line.strip() for line in lines if line.lstrip().startswith("File ")][:MAX_STACK_LINES]
     return "; ".join([fatal, *frames])
+
+
+def worker_was_interrupted(worker: Any) -> bool:
+    """Whether an xdist worker ended its session interrupted (Ctrl-C, or the SIGINT xdist stops a
+    busy worker with): xdist then reports the case it was running as a crash, which it was not."""
+    output = getattr(worker, "workeroutput", None)
+    return isinstance(output, dict) and output.get("exitstatus") == int(pytest.ExitCode.INTERRUPTED)
+
+
+def interrupted_case_report(nodeid: str) -> tuple[str, None, str]:
+    """A skip's ``longrepr`` for the case an interrupt stopped: not measured, left for the next run."""
+    return (nodeid.split("::")[0], None,
+            "Skipped: interrupted while it ran, not measured (--perf-update-mode missing-only measures it)")
 
 
 def is_crash_report(longrepr: object) -> bool:
