@@ -112,7 +112,7 @@ def _tensors(side: dict[str, Any]) -> tuple[TracedTensor, ...]:
     return tuple(_flat(side["values"], side["shapes"]))
 
 
-LIST_TYPE = re.compile(r"GenericList\[(.*)\]")
+GENERIC_LIST = re.compile(r"GenericList\[(.*)\]")
 ELEMENT_TYPE = re.compile(r"Tensor\(([^()]*)\)")
 
 
@@ -121,7 +121,7 @@ def _lists(side: dict[str, Any]) -> dict[int, TracedList]:
     strides = side.get("strides") or []
     lists: dict[int, TracedList] = {}
     for index, (type_name, values, shapes) in enumerate(zip(side.get("types") or [], side["values"], side["shapes"])):
-        match = LIST_TYPE.fullmatch(type_name) if isinstance(type_name, str) else None
+        match = GENERIC_LIST.fullmatch(type_name) if isinstance(type_name, str) else None
         if match is None or not isinstance(values, list) or not values:
             continue
         elements = [ELEMENT_TYPE.fullmatch(element) for element in match.group(1).split(",")]
