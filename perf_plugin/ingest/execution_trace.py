@@ -41,10 +41,11 @@ from perf_plugin.trace.values_file import EXECUTION_TRACE_SUFFIX, sidecar_path
 
 @dataclass(frozen=True)
 class TracedTensor:
-    """A tensor an execution trace recorded: its storage and shape."""
+    """A tensor an execution trace recorded: its storage, shape, and offset in that storage (elements)."""
 
     storage: int
     shape: tuple[int, ...]
+    offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,13 @@ class TracedCall:
 
 @dataclass(frozen=True)
 class SlotStorages:
-    """A mapped operator's tensors: per input slot its storage (None where not known), and the
-    tensors the operator wrote (its outputs, an in-place operator's ``self`` among them)."""
+    """A mapped operator's tensors: per input slot its storage (None where not known), the
+    tensors the operator wrote (its outputs, an in-place operator's ``self`` among them), and per
+    input slot the offset of its view in the storage (elements; () where not known)."""
 
     inputs: tuple[int | None, ...]
     written: tuple[TracedTensor, ...]
+    offsets: tuple[int | None, ...] = ()
 
 
 ExecutionTrace = dict[int, TracedCall]  # rf_id -> the call's tensors
@@ -142,7 +145,7 @@ def _lists(side: dict[str, Any]) -> dict[int, TracedList]:
 def _flat(values: Any, shapes: Any) -> Iterator[TracedTensor]:
     """The tensors among ``values`` (lists flattened), each with its shape."""
     if _is_tensor(values):
-        yield TracedTensor(int(values[1]), tuple(int(size) for size in shapes))
+        yield TracedTensor(int(values[1]), tuple(int(size) for size in shapes), int(values[2]))
     elif isinstance(values, list) and isinstance(shapes, list) and len(values) == len(shapes):
         for value, shape in zip(values, shapes):
             yield from _flat(value, shape)
@@ -163,23 +166,24 @@ def storages_of(mapped: MappedOp, op: TraceOp, trace: ExecutionTrace) -> SlotSto
         return None
     for candidate in (op, *op.descendants()):
         call = trace.get(candidate.record_id) if candidate.record_id is not None else None
-        inputs = _aligned(mapped.inputs, call.inputs) if call is not None else None
-        if inputs is not None:
-            return SlotStorages(inputs, own.outputs)
+        aligned = _aligned(mapped.inputs, call.inputs) if call is not None else None
+        if aligned is not None:
+            return SlotStorages(tuple(t.storage if t else None for t in aligned), own.outputs,
+                                tuple(t.offset if t else None for t in aligned))
     return SlotStorages((None,) * len(mapped.inputs), own.outputs)
 
 
-def _aligned(slots: Sequence[Slot], tensors: Sequence[TracedTensor]) -> tuple[int | None, ...] | None:
-    """Each slot's storage, the tensors taken in order by the slots with a shape; None where a
+def _aligned(slots: Sequence[Slot], tensors: Sequence[TracedTensor]) -> tuple[TracedTensor | None, ...] | None:
+    """Each slot's tensor, the tensors taken in order by the slots with a shape; None where a
     tensor's shape differs from its slot's or the tensors run out."""
     remaining = iter(tensors)
-    storages: list[int | None] = []
+    aligned: list[TracedTensor | None] = []
     for slot in slots:
         if slot.shape is None:
-            storages.append(None)
+            aligned.append(None)
             continue
         tensor = next(remaining, None)
         if tensor is None or tensor.shape != tuple(slot.shape):
             return None
-        storages.append(tensor.storage)
-    return tuple(storages)
+        aligned.append(tensor)
+    return tuple(aligned)

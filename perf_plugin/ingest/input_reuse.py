@@ -60,6 +60,10 @@ events, replays that follow the distances put 93.7-97.4 % of the kernel time wit
 in-model durations (``benchmarks/model_coverage.py``, profiles E and F; README, "Coverage of real
 profiles").
 
+A read of a strided view of part of a tensor refreshes only that part where the execution trace
+gives the view's offset (``written_tensors.part_view``): a scan's step reads its own slice of a
+tensor written before the loop, not the slice the step before it read.
+
 A row's cell (``Profiling Input Reuse Distance(B)``) holds, per input slot, the median over the
 row's calls, ``-`` where most calls had no producer; the replay compares it with its device's
 cache size.
@@ -87,10 +91,12 @@ from perf_plugin.database.signature import normalise_dtype
 from perf_plugin.ingest.execution_trace import SlotStorages
 from perf_plugin.ingest.written_tensors import (
     RecentOutputs,
+    ViewKey,
     Written,
     broadcast_operand,
     enclosing_shape,
     ones_inserted,
+    part_view,
     squeezed,
 )
 from perf_plugin.replay.aten_call import recorded_operator
@@ -199,7 +205,9 @@ def input_reuse(
         now = starts[index] if starts is not None else None
         known = storages[index] if storages is not None else None
         matched = _matched_inputs(op, known, outputs, now)
-        last_uses = [outputs.last_use(chosen) if chosen is not None else None for chosen, _ in matched]
+        views = _views(op, known, matched)
+        last_uses = [outputs.last_use(chosen, view) if chosen is not None else None
+                     for (chosen, _), view in zip(matched, views)]
         distances.append(tuple(math.inf if use is None else moved - use[0] for use in last_uses))
         spreads.append(tuple(math.inf if use is None else use[1] for use in last_uses))
         blocks.append(tuple(math.inf if chosen is None else outputs.block_reuse.get(chosen.serial, math.inf)
@@ -208,9 +216,9 @@ def input_reuse(
         # inputs are read halfway through this operator; only a read whose tensor no other could
         # be counts, since a wrong pairing refreshed by every read would keep a tensor long
         # evicted (a layer's key cache read as its value cache) in the cache
-        for written, sole in matched:
+        for (written, sole), view in zip(matched, views):
             if written is not None and sole:
-                outputs.read_at[written.serial] = (moved + read / 2, read / 2)
+                outputs.record_read(written, (moved + read / 2, read / 2), view)
         after = reads_after_write(op)
         ends = released[index] if released is not None else ()
         _record_outputs(op, outputs, index, (moved + read - after, after), ends, now, known)
@@ -246,6 +254,14 @@ def _matched_inputs(
         matched[position] = (chosen, sole)
         taken += [chosen] if chosen is not None else []
     return matched
+
+
+def _views(op: MappedOp, known: SlotStorages | None, matched: Sequence[tuple[Written | None, bool]]) -> list[ViewKey | None]:
+    """Per input slot, the part of its tensor it read (``part_view``), where an execution trace
+    gave its view's offset."""
+    offsets = known.offsets if known is not None else ()
+    return [part_view(slot, op.strides[k] if k < len(op.strides) else None, offsets[k] if k < len(offsets) else None,
+                      chosen) for k, (slot, (chosen, _)) in enumerate(zip(op.inputs, matched))]
 
 
 def _record_outputs(op: MappedOp, outputs: RecentOutputs, index: int, written_at: tuple[float, float],

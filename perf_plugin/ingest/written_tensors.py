@@ -3,7 +3,9 @@
 ``perf_plugin.ingest.input_reuse`` walks a trace's operators in device order and pairs each input
 with the output that was this tensor: by an execution trace's storage where one names it
 (``by_storage``), else by dtype, element count and the shape rules of ``candidates``.  Each output
-is kept with when it was written (the bytes moved then) and when its block was released.
+is kept with when it was written (the bytes moved then) and when its block was released, and with
+when it was last read: whole, or, where an execution trace gives a view's offset, per part read
+(``part_view``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from perf_plugin.database.shapes import numel
 from perf_plugin.database.signature import normalise_dtype
 from perf_plugin.ingest.execution_trace import TracedTensor
+from perf_plugin.replay.tensors import DTYPES
 from perf_plugin.trace.args import Shape, is_contiguous
 from perf_plugin.trace.mapped import Slot
 
@@ -22,6 +25,10 @@ from perf_plugin.trace.mapped import Slot
 # latest outputs are the likely producers, and older ones are long overwritten in the cache.
 _KEPT_PER_COUNT = 8
 _KEPT_FOR_VIEWS = 64
+# The unit a GPU's last-level cache fills from memory: a read of a view brings in whole sectors.
+SECTOR_BYTES = 32
+# A view read as a part of its tensor: its offset in the storage (elements), its shape and strides.
+ViewKey = tuple[int, tuple[int, ...], tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -58,10 +65,23 @@ class RecentOutputs:
         self.by_storage: dict[int, Written] = {}
         # serial -> bytes moved between the last use of its storage before it and its write
         self.block_reuse: dict[int, float] = {}
+        # (serial, view) -> as ``read_at``, for the last read of that part of it (``part_view``)
+        self.view_read_at: dict[tuple[int, ViewKey], tuple[float, float]] = {}
 
-    def last_use(self, written: Written) -> tuple[float, float]:
-        """Bytes moved at its last use (write or read), on average over its bytes, and half the range."""
-        return self.read_at.get(written.serial, (written.moved_at_write, written.spread))
+    def last_use(self, written: Written, view: ViewKey | None = None) -> tuple[float, float]:
+        """Bytes moved at its last use (write or read), on average over its bytes, and half the
+        range; for ``view``, a part of it, the last use of that part (its write, a read of the whole
+        tensor, or a read of that very view)."""
+        use = self.read_at.get(written.serial, (written.moved_at_write, written.spread))
+        part = self.view_read_at.get((written.serial, view)) if view is not None else None
+        return use if part is None or part[0] < use[0] else part
+
+    def record_read(self, written: Written, at: tuple[float, float], view: ViewKey | None = None) -> None:
+        """A read of ``written`` at ``at`` (as ``read_at``'s values): of the whole, or of ``view``."""
+        if view is None:
+            self.read_at[written.serial] = at
+        else:
+            self.view_read_at[(written.serial, view)] = at
 
     def add(
         self, slot: Slot, at: tuple[float, float], producer: int, released_ns: int | None, now: int | None
@@ -113,6 +133,28 @@ class RecentOutputs:
             return [c for c in table if squeezed(c.shape) == squeezed(base)]
         same = [c for c in reversed(self.by_count.get((dtype, numel(shape)), [])) if c.alive_at(now)]
         return [c for c in same if c.shape == shape or ones_inserted(shape, c.shape)] if operand else same
+
+
+def part_view(slot: Slot, strides: Shape | None, offset: int | None, whole: Written | None) -> ViewKey | None:
+    """The view ``slot`` reads where it reads bytes of ``whole`` that its other views do not: a
+    strided view (recorded strides, not contiguous) at a known ``offset``, of fewer elements than
+    the tensor, whose contiguous runs fill whole sectors; None for other inputs, read as the whole.
+
+    Jamba's Mamba scan reads step ``i``'s 64-byte run of every channel of a ``[1,8192,512,16]``
+    float32 tensor written before the loop.  Counted as reads of the whole tensor, each step's
+    read made the next step's input cached (3.7 MB away); ``produced`` then rewrote the whole
+    256 MB storage before each repeat, whose dirty lines the kernel paid to evict: 3.07 us against
+    2.50 in the model, where each step's run comes from memory (H100; with the slice read from
+    memory and a clean cache the replay took 2.50).  A run shorter than a sector shares its sectors
+    with the neighbouring views', which a read of those brings into the cache."""
+    if offset is None or whole is None or slot.shape is None or strides is None or not slot.shape:
+        return None
+    shape = tuple(slot.shape)
+    if is_contiguous(shape, strides) or numel(shape) >= whole.numel:
+        return None
+    item = DTYPES.get(normalise_dtype(slot.dtype), ("", 0))[1]
+    run = item * (shape[-1] if strides[-1] == 1 else 1)
+    return (offset, shape, tuple(strides)) if run >= SECTOR_BYTES else None
 
 
 def enclosing_shape(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
