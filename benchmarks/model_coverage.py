@@ -113,6 +113,7 @@ class ModelReport:
     replay_seconds: float = 0.0
     reference_spread: dict[str, Any] | None = None  # --reference-spread: in-model profiles compared
     against_second: dict[str, Any] | None = None  # --second-process: the replay against that profile
+    against_replaced: dict[str, Any] | None = None  # --reference-spread: against the re-placed profile
 
     def summary(self) -> dict[str, Any]:
         passed = [r for r in self.rows if r.replayed_us is not None]
@@ -131,6 +132,7 @@ class ModelReport:
             "replay_seconds": round(self.replay_seconds, 1),
             "reference_spread": self.reference_spread,
             "against_second_process": self.against_second,
+            "against_replaced_parameters": self.against_replaced,
         }
 
 
@@ -654,6 +656,7 @@ def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
     if args.profile_only:
         return []
     spread: dict[str, Any] | None = None
+    replaced: Rows | None = None
     first = profiled_rows(trace) if args.reference_spread or args.second_process else {}
     if args.reference_spread:
         second = out / "trace_second.json"
@@ -663,7 +666,8 @@ def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
         pad = replace_parameters(model)  # held while profiling: activations land elsewhere too
         profile(moved)
         del pad
-        spread["replaced"] = reference_spread(first, profiled_rows(moved), out, "reference_spread_replaced.json")
+        replaced = profiled_rows(moved)
+        spread["replaced"] = reference_spread(first, replaced, out, "reference_spread_replaced.json")
     del profile, model  # the partial holds the model too
     release_device_memory(args.device)
     other = profiled_rows(profile_in_new_process(name, args, out)) if args.second_process else None
@@ -674,6 +678,8 @@ def measure(name: str, args: argparse.Namespace) -> list[ModelReport]:
         report.reference_spread = spread
         if other is not None:
             report.against_second = against_profile(report.rows, other)
+        if replaced is not None:
+            report.against_replaced = against_profile(report.rows, replaced)
     return reports
 
 
@@ -803,11 +809,12 @@ def out_of_band_lines(report: ModelReport, limit: int = 8) -> list[str]:
 
 
 def print_against_second(report: ModelReport) -> None:
-    against = report.against_second
-    if against:
-        print(f"{report.model}: the replay against the profile of another process: within {BAND} for "
-              f"{100 * against['time_within']:.1f}% of its time, {100 * against['rows_within']:.1f}% of "
-              f"{against['rows_matched']} matched rows (of {against['rows_replayed']} replayed)")
+    for against, profile in ((report.against_second, "the profile of another process"),
+                             (report.against_replaced, "the profile with parameters re-placed")):
+        if against:
+            print(f"{report.model}: the replay against {profile}: within {BAND} for "
+                  f"{100 * against['time_within']:.1f}% of its time, {100 * against['rows_within']:.1f}% of "
+                  f"{against['rows_matched']} matched rows (of {against['rows_replayed']} replayed)")
 
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, Callable[[], list[ModelReport]]]]:

@@ -174,3 +174,18 @@ def test_a_hybrid_models_prefill_cache_holds_the_states_its_configuration_names(
     assert len(model_coverage.new_cache(config).layers) == 2  # a linear-attention layer's state too
     assert isinstance(model_coverage.new_cache(AutoConfig.for_model("llama")), DynamicCache)
     assert len(model_coverage.new_cache(AutoConfig.for_model("llama")).layers) == 0  # keys and values, made as they come
+
+
+def test_the_replay_is_judged_against_each_other_profile_it_was_given(
+    model_coverage: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--second-process`` and ``--reference-spread`` each give a profile the replay is judged
+    against: another process's, and one with the parameters moved to new allocations."""
+    row = model_coverage.RowOutcome("Add", 2, 1.0, 1, 1.0)
+    report = model_coverage.ModelReport("m/auto", trace_kernel_us=1.0, rows=[row])
+    report.against_replaced = {"time_within": 0.5, "rows_within": 0.25, "rows_matched": 4, "rows_replayed": 4}
+    model_coverage.print_against_second(report)
+    printed = capsys.readouterr().out
+    assert "parameters re-placed: within (0.9, 1.1) for 50.0% of its time, 25.0% of 4 matched rows" in printed
+    assert "another process" not in printed
+    assert report.summary()["against_replaced_parameters"]["time_within"] == 0.5
