@@ -105,3 +105,32 @@ def test_ingest_resolves_a_wrapped_number_as_the_number_it_was() -> None:
     assert (division.cells["Input Data Types"], division.cells["Output Data Types"]) == ("FLOAT;DOUBLE", "FLOAT")
     scaled = next(r for r in rows if r.kernel_type == "Muls")
     assert scaled.cells["Output Data Types"] == "DT_BF16"
+
+
+def test_a_cpu_traces_wrapped_number_replays_as_a_number() -> None:
+    """The same real CPU trace: with no kernels to show a by-value operand, the output dtype does.
+    ``scale / 448.0`` recorded as float32 over a 0-d float64 replays to the row's float32, where a
+    0-d float64 tensor would have given float64 and failed verification (DiffLlama's
+    ``lambda_1 - lambda_2 + 0.8`` in bfloat16 likewise)."""
+    from pathlib import Path
+
+    from perf_plugin.ingest.pipeline import ingest_path
+
+    rows = ingest_path(Path(__file__).parent / "fixtures" / "cpu" / "scalar_operand_trace.json", None).rows
+    division = next(r for r in rows if r.kernel_type == "aten.div")
+    assert not division.cells.get("Profiling Kernels")  # no device activity: no kernel evidence
+    outputs, _ = replay_on_cpu("aten.div", division.cells)
+    assert outputs.dtype == torch.float32
+
+
+def test_a_0d_tensor_that_gives_the_rows_dtype_stays_a_tensor() -> None:
+    from perf_plugin.replay.host_scalars import number_where_promotion_says
+
+    bf16, double = torch.tensor(1.5, dtype=torch.bfloat16), torch.tensor(0.5, dtype=torch.float64)
+    assert number_where_promotion_says((bf16, double), torch.bfloat16) == (bf16, 0.5)
+    kept = number_where_promotion_says((bf16, double), torch.float64)  # the model's own 0-d double
+    assert kept[1] is double
+    vector = torch.ones(4, dtype=torch.float32)
+    assert number_where_promotion_says((vector, double), torch.float32)[1] is double  # promotes alike either way
+    index = torch.tensor(3)
+    assert number_where_promotion_says((bf16, index), torch.bfloat16)[1] is index  # not a floating number

@@ -11,7 +11,10 @@ evidence keep every operand on the device.
 
 A Python number also stays out of type promotion (``float32_0d / 2.0`` is float32, where a
 0-d float64 tensor would make it float64); the host operand is passed as a number where that
-is what gives the row's output dtype.
+is what gives the row's output dtype.  A row without kernels to show it (a CPU trace) says so
+only through its output dtype: where the operands as 0-d tensors would promote to another dtype
+than the row's and the number would not (``bf16_0d + 0.5``, recorded as a 0-d double), the number
+is what the model passed (``number_where_promotion_says``).
 """
 
 from __future__ import annotations
@@ -66,3 +69,22 @@ def as_passed(host: "torch.Tensor", other: "torch.Tensor", out_dtype: "torch.dty
 
     number = host.item()
     return number if torch.result_type(other, number) == out_dtype else host
+
+
+def number_where_promotion_says(operands: Sequence[Any], out_dtype: "torch.dtype") -> tuple[Any, ...]:
+    """``operands`` with the last 0-d tensor after the first passed as the number it holds, where
+    the first operand with that tensor promotes to another dtype than ``out_dtype`` and with the
+    number to ``out_dtype``; else unchanged."""
+    import torch
+
+    if not operands or not isinstance(operands[0], torch.Tensor):
+        return tuple(operands)
+    first = operands[0]
+    for index in range(len(operands) - 1, 0, -1):
+        operand = operands[index]
+        if isinstance(operand, torch.Tensor) and operand.dim() == 0 and operand.is_floating_point() \
+                and torch.result_type(first, operand) != out_dtype:
+            number = operand.item()
+            if torch.result_type(first, number) == out_dtype:
+                return (*operands[:index], number, *operands[index + 1 :])
+    return tuple(operands)

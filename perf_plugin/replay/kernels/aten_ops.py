@@ -41,7 +41,7 @@ from perf_plugin.replay.aten_call import (
     tensor_outputs,
 )
 from perf_plugin.replay.base import CaseBuildError, OpReplay
-from perf_plugin.replay.host_scalars import as_passed, host_scalar_slot, placed
+from perf_plugin.replay.host_scalars import as_passed, host_scalar_slot, number_where_promotion_says, placed
 from perf_plugin.replay.kernels.elementwise import scalar_aware_dtype_slots, scalar_aware_outputs
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec
 from perf_plugin.replay.value_draws import draw_from_quantiles, recorded_quantiles
@@ -192,9 +192,12 @@ class AtenOpReplay(OpReplay):
                               quantiles[k] if k < len(quantiles) else None)
             for k, spec in enumerate(slots)
         )
-        if host is not None and host > 0 and self.expected_outputs(row):
-            passed = as_passed(tensors[host], tensors[0], self.expected_outputs(row)[0].torch_dtype())
+        expected = self.expected_outputs(row)
+        if host is not None and host > 0 and expected:
+            passed = as_passed(tensors[host], tensors[0], expected[0].torch_dtype())
             tensors = (*tensors[:host], passed, *tensors[host + 1 :])
+        elif host is None and expected and expected[0].dtype:
+            tensors = number_where_promotion_says(tensors, expected[0].torch_dtype())
         return _operator_name(row), overload, template, tensors, device
 
     def _tensor(
