@@ -134,3 +134,5 @@ def test_a_0d_tensor_that_gives_the_rows_dtype_stays_a_tensor() -> None:
     assert number_where_promotion_says((vector, double), torch.float32)[1] is double  # promotes alike either way
     index = torch.tensor(3)
     assert number_where_promotion_says((bf16, index), torch.bfloat16)[1] is index  # not a floating number
+    meta = (torch.empty((), dtype=torch.bfloat16, device="meta"), torch.empty((), dtype=torch.float64, device="meta"))
+    assert number_where_promotion_says(meta, torch.bfloat16)[1] == 1.0  # a value meta never reads

@@ -83,8 +83,7 @@ def number_where_promotion_says(operands: Sequence[Any], out_dtype: "torch.dtype
     for index in range(len(operands) - 1, 0, -1):
         operand = operands[index]
         if isinstance(operand, torch.Tensor) and operand.dim() == 0 and operand.is_floating_point() \
-                and torch.result_type(first, operand) != out_dtype:
-            number = operand.item()
-            if torch.result_type(first, number) == out_dtype:
-                return (*operands[:index], number, *operands[index + 1 :])
+                and torch.result_type(first, operand) != out_dtype and torch.result_type(first, 1.0) == out_dtype:
+            number = 1.0 if operand.is_meta else operand.item()  # (a meta tensor's value is never read)
+            return (*operands[:index], number, *operands[index + 1 :])
     return tuple(operands)
