@@ -14,7 +14,7 @@ from perf_plugin.ingest.aggregate import AggregatedRow
 from perf_plugin.ingest.execution_trace import TracedCall, TracedList, read_execution_trace
 from perf_plugin.ingest.pipeline import ingest_path
 from perf_plugin.ingest.trace_events import read_chrome_trace
-from perf_plugin.ingest.traced_lists import complete_tensor_lists, has_unrecorded_lists
+from perf_plugin.ingest.traced_lists import complete_tensor_lists, has_lists_to_complete
 from perf_plugin.trace.args import tensor_list_arg
 from perf_plugin.trace.events import TraceOp
 
@@ -51,7 +51,9 @@ def test_the_profile_leaves_out_a_list_of_more_than_30_tensors(tmp_path: Path) -
     stack, cat = _op(trace, "aten::stack"), _op(trace, "aten::cat")
     assert stack.types[0] == "TensorList" and stack.dims[0] == []
     assert cat.dims[0] == [[2, 3], [2, 5]] and not cat.list_dtypes
-    assert has_unrecorded_lists([stack]) and not has_unrecorded_lists([cat])
+    assert has_lists_to_complete([stack]) and has_lists_to_complete([cat])  # cat's dtypes are not recorded
+    cat.list_dtypes[0] = ("DT_BF16", "DT_BF16")
+    assert not has_lists_to_complete([cat])
 
 
 def test_the_execution_trace_records_the_whole_list_with_its_dtypes(tmp_path: Path) -> None:
@@ -120,3 +122,17 @@ def test_an_optimizers_foreach_update_of_every_parameter_takes_its_lists(tmp_pat
     addcdiv = [shapes for kind, shapes in rows if kind == "aten._foreach_addcdiv"]
     assert [shapes.count(";") + 1 for shapes in addcdiv] == [120]  # three lists of the 40 parameters' shapes
     assert addcdiv[0].startswith(f'"{parameters};') and addcdiv[0].endswith(f';{parameters}"')
+
+
+def test_a_cat_nothing_reads_takes_its_dtypes_from_the_execution_trace(tmp_path: Path) -> None:
+    """A CPU profile of a lone ``cat`` of two bf16 blocks (GLM-5's sparse-attention indexer joins
+    its rotary halves so): no kernels, no reader and no output dtype to infer the list's dtypes
+    from, so only the execution trace gives them; it is read for the CPU trace's list too."""
+    a, b = torch.randn(1, 64, 1, 32, dtype=torch.bfloat16), torch.randn(1, 64, 1, 32, dtype=torch.bfloat16)
+    trace = tmp_path / "run.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 execution_trace_observer=execution_trace_observer(trace)) as prof:
+        torch.cat([a, b], dim=-1)
+    prof.export_chrome_trace(str(trace))
+    row = _concat_rows(trace)['"1,64,1,32;1,64,1,32"']
+    assert (row.cells["Input Data Types"], row.cells["Output Data Types"]) == ("DT_BF16;DT_BF16", "DT_BF16")

@@ -53,7 +53,7 @@ from perf_plugin.ingest.execution_trace import ExecutionTrace, execution_trace_f
 from perf_plugin.ingest.input_reuse import input_reuse
 from perf_plugin.ingest.input_values import ValuesAttachment, attach_values, values_for_trace
 from perf_plugin.ingest.tensor_lifetimes import release_times
-from perf_plugin.ingest.traced_lists import complete_tensor_lists, has_unrecorded_lists
+from perf_plugin.ingest.traced_lists import complete_tensor_lists, has_lists_to_complete
 from perf_plugin.ingest.list_dtypes import (
     READERS_LOOKED_AT,
     resolve_cat_dtypes,
@@ -225,9 +225,9 @@ def read_trace_file(
     ``<trace>.values.json`` beside it, where there is one) attached to their calls, and the
     tensors of ``execution_path`` (default: the ``<trace>.et.json`` beside it) naming their inputs
     and completing their tensor lists.  The one beside a trace without device activity is read
-    only where a tensor list was left out: only the device's reuse distances use the rest."""
+    only where it has a tensor list to complete: only the device's reuse distances use the rest."""
     trace = read_chrome_trace(path)
-    wanted = bool(trace.activities) or execution_path is not None or has_unrecorded_lists(trace.ops)
+    wanted = bool(trace.activities) or execution_path is not None or has_lists_to_complete(trace.ops)
     execution = execution_trace_for(Path(path), execution_path) if wanted else None
     if execution is not None:
         complete_tensor_lists(trace.ops, execution)

@@ -25,10 +25,12 @@ from perf_plugin.trace.events import TraceOp
 LIST_TYPE = "TensorList"
 
 
-def has_unrecorded_lists(ops: Iterable[TraceOp]) -> bool:
-    """Whether an operator's tensor list was left out (recorded as ``[]``)."""
+def has_lists_to_complete(ops: Iterable[TraceOp]) -> bool:
+    """Whether an operator has a tensor list the execution trace would complete: one left out
+    (recorded as ``[]``), or one whose dtypes are not known yet (the profile never records them;
+    a small ``cat`` in a CPU trace has no kernels or output dtype to infer them from either)."""
     return any(
-        kind == LIST_TYPE and index < len(op.dims) and op.dims[index] == []
+        kind == LIST_TYPE and (index not in op.list_dtypes or (index < len(op.dims) and op.dims[index] == []))
         for op in ops for index, kind in enumerate(op.types)
     )
 
