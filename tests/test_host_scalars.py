@@ -111,7 +111,7 @@ def test_a_cpu_traces_wrapped_number_replays_as_a_number() -> None:
     """The same real CPU trace: with no kernels to show a by-value operand, the output dtype does.
     ``scale / 448.0`` recorded as float32 over a 0-d float64 replays to the row's float32, where a
     0-d float64 tensor would have given float64 and failed verification (DiffLlama's
-    ``lambda_1 - lambda_2 + 0.8`` in bfloat16 likewise)."""
+    ``lambda_1 - lambda_2 + lambda_init``, a bfloat16 0-d tensor and a Python float, likewise)."""
     from pathlib import Path
 
     from perf_plugin.ingest.pipeline import ingest_path

@@ -125,8 +125,8 @@ def test_an_optimizers_foreach_update_of_every_parameter_takes_its_lists(tmp_pat
 
 
 def test_a_cat_nothing_reads_takes_its_dtypes_from_the_execution_trace(tmp_path: Path) -> None:
-    """A CPU profile of a lone ``cat`` of two bf16 blocks (GLM-5's sparse-attention indexer joins
-    its rotary halves so): no kernels, no reader and no output dtype to infer the list's dtypes
+    """A CPU profile of a lone ``cat`` of two bf16 blocks (as ``glm_moe_dsa``'s sparse-attention
+    indexer makes them): no kernels, no reader and no output dtype to infer the list's dtypes
     from, so only the execution trace gives them; it is read for the CPU trace's list too."""
     a, b = torch.randn(1, 64, 1, 32, dtype=torch.bfloat16), torch.randn(1, 64, 1, 32, dtype=torch.bfloat16)
     trace = tmp_path / "run.json"
