@@ -343,6 +343,9 @@ TINY_DIMENSIONS = {
     "vocab_size": 1024, "num_experts": 8, "num_local_experts": 8, "n_routed_experts": 8,
     # Mamba-2 layers (Bamba, Granite-4.0-H): heads x head size = the expanded width (2 x 256)
     "mamba_n_heads": 8, "mamba_d_head": 64,
+    # the same width as other configurations name it: Mamba-2's heads (of head_dim 64), Falcon-H1's
+    # expanded width, Zamba2's head size and its shared attention's width and heads
+    "num_heads": 8, "mamba_d_ssm": 512, "mamba_headdim": 64, "attention_hidden_size": 512, "attention_head_dim": 128,
 }
 
 
