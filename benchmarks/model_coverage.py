@@ -811,7 +811,7 @@ def out_of_band_lines(report: ModelReport, limit: int = 8) -> list[str]:
     return lines
 
 
-def print_against_second(report: ModelReport) -> None:
+def print_against_other_profiles(report: ModelReport) -> None:
     for against, profile in ((report.against_second, "the profile of another process"),
                              (report.against_replaced, "the profile with parameters re-placed")):
         if against:
@@ -863,7 +863,7 @@ def main(argv: list[str] | None = None) -> int:
         for report in run():
             reports.append(report)
             print_report(report)
-            print_against_second(report)
+            print_against_other_profiles(report)
     path = Path(args.out) / "model_coverage.json"
     path.write_text(json.dumps(merged_document(path, reports, vars(args)), indent=1))
     return 0

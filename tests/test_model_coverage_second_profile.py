@@ -184,7 +184,7 @@ def test_the_replay_is_judged_against_each_other_profile_it_was_given(
     row = model_coverage.RowOutcome("Add", 2, 1.0, 1, 1.0)
     report = model_coverage.ModelReport("m/auto", trace_kernel_us=1.0, rows=[row])
     report.against_replaced = {"time_within": 0.5, "rows_within": 0.25, "rows_matched": 4, "rows_replayed": 4}
-    model_coverage.print_against_second(report)
+    model_coverage.print_against_other_profiles(report)
     printed = capsys.readouterr().out
     assert "parameters re-placed: within (0.9, 1.1) for 50.0% of its time, 25.0% of 4 matched rows" in printed
     assert "another process" not in printed

@@ -26,13 +26,10 @@ LIST_TYPE = "TensorList"
 
 
 def has_lists_to_complete(ops: Iterable[TraceOp]) -> bool:
-    """Whether an operator has a tensor list the execution trace would complete: one left out
-    (recorded as ``[]``), or one whose dtypes are not known yet (the profile never records them;
-    a small ``cat`` in a CPU trace has no kernels or output dtype to infer them from either)."""
-    return any(
-        kind == LIST_TYPE and (index not in op.list_dtypes or (index < len(op.dims) and op.dims[index] == []))
-        for op in ops for index, kind in enumerate(op.types)
-    )
+    """Whether an operator has a tensor list whose dtypes are not known yet, which the execution
+    trace would give: the profile never records them (a small ``cat`` in a CPU trace has no kernels
+    or output dtype to infer them from either), and a list it left out (``[]``) has none."""
+    return any(kind == LIST_TYPE and index not in op.list_dtypes for op in ops for index, kind in enumerate(op.types))
 
 
 def complete_tensor_lists(ops: Iterable[TraceOp], execution: ExecutionTrace) -> int:
