@@ -53,9 +53,11 @@ SLEEP_S = float(os.environ.get("SLOW_TANH_S", "0.02"))
 # STALL_AT_CALL=N: the N-th call in a process hangs for a minute (a long case), after touching
 # stalled-<pid> in the working directory
 STALL_AT = int(os.environ.get("STALL_AT_CALL", "0"))
-# HOLD_AT_CALL=N: the N-th call in a process runs 3 s deaf to SIGINT, as a long C++ kernel is
-# (Python runs the handler when it returns), after touching holding-<pid>
+# HOLD_AT_CALL=N: the N-th call in a process runs HOLD_S seconds (3) deaf to SIGINT and SIGTERM,
+# as a long C++ kernel is (Python runs the handler when it returns), after touching holding-<pid>
 HOLD_AT = int(os.environ.get("HOLD_AT_CALL", "0"))
+HOLD_S = float(os.environ.get("HOLD_S", "3"))
+DEAF = {signal.SIGINT, signal.SIGTERM}
 CALLS = [0]
 
 class SlowTanhReplay(OpReplay):
@@ -75,11 +77,11 @@ class SlowTanhReplay(OpReplay):
             time.sleep(60)
         if CALLS[0] == HOLD_AT:
             open(f"holding-{os.getpid()}", "w").close()
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            signal.pthread_sigmask(signal.SIG_BLOCK, DEAF)
             try:
-                time.sleep(3)
+                time.sleep(HOLD_S)
             finally:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, DEAF)
         time.sleep(SLEEP_S)
         return x.tanh()
 '''
@@ -313,7 +315,6 @@ def test_an_interrupt_under_xdist_writes_back_every_case_a_worker_measured(
     interrupt comes: the workers flush them into their journals, the controller writes them.
     A background job's workers start with SIGINT ignored, which xdist stops a busy worker with."""
     project = make_project(tmp_path / "project")
-    db = project / "db"
     passed_file = project / "passed.txt"
     # a background job's run is stopped with its workers in the middle of a long case: xdist
     # interrupts them with SIGINT, which they inherited ignored
@@ -330,10 +331,18 @@ def test_an_interrupt_under_xdist_writes_back_every_case_a_worker_measured(
     else:
         process.send_signal(signum)  # a scheduler's stop: the workers hear of it from xdist
     output = process.communicate(timeout=120)[0]
-    assert process.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert_every_passed_case_written(project, process.returncode, output)
 
+
+def assert_every_passed_case_written(project: Path, returncode: int, output: str) -> None:
+    """The run ended interrupted, with every case a process saw pass in the database and in the
+    summary lines; a case the interrupt stopped counted neither crashed nor failed."""
+    db = project / "db"
+    passed_file = project / "passed.txt"
+    assert returncode == pytest.ExitCode.INTERRUPTED, output
+    passed = set(passed_file.read_text().split()) if passed_file.exists() else set()
     results = kept_results(read_journal(project / "journal-at-end.jsonl").results)
-    assert {_case_id(nodeid) for nodeid in passed()} <= {r.ref.case_id for r in results}, output
+    assert {_case_id(nodeid) for nodeid in passed} <= {r.ref.case_id for r in results}, output
     assert len(results) < TOTAL_ROWS, output  # the interrupt came mid-run
     assert not pending_journals(db)  # the workers' journals were taken and removed
     assert_written(db, results)
@@ -344,6 +353,27 @@ def test_an_interrupt_under_xdist_writes_back_every_case_a_worker_measured(
     assert f"{len(results)} measured, {len(results)} written, {TOTAL_ROWS - len(results)} left for missing-only" in last, output
     # a case the interrupt stopped is not a crash nor a failure: it was not measured
     assert "crashed while running" not in output and " failed" not in last, output
+
+
+@pytest.mark.parametrize("signum,to_group", [(signal.SIGINT, True), (signal.SIGTERM, False)],
+                         ids=["Ctrl-C to the process group", "SIGTERM to pytest alone"])
+def test_an_interrupt_under_xdist_waits_for_a_worker_inside_a_long_kernel(
+    tmp_path: Path, signum: signal.Signals, to_group: bool
+) -> None:
+    """A worker deaf to signals for 20 s (one long kernel; a CPU's bf16 GEMM under load): xdist,
+    interrupted, tears its workers down and kills one still busy 10 s later, with the cases it
+    measured since its last batch.  The first interrupt lets each worker end its case instead."""
+    project = make_project(tmp_path / "project")
+    process = start_bench(project, "-n", "2", batch=32, own_group=to_group,
+                          env={"SLOW_TANH_S": "0.1", "HOLD_AT_CALL": "8", "HOLD_S": "20"})
+    wait_for(lambda: any(project.glob("holding-*")), process, timeout=180)
+    if to_group:
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
+    output = process.communicate(timeout=120)[0]
+    assert_every_passed_case_written(project, process.returncode, output)
+    assert "each worker ends the case it is in" in output, output
 
 
 def test_a_case_an_interrupt_stops_under_xdist_is_reported_not_measured_not_crashed(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Generator
 from typing import Any
 
 import pytest
@@ -117,6 +118,16 @@ class ControllerHooks:
         state.notes.extend(outcome.notes)
         session.testsfailed = outcome.failed
         return True
+
+    @pytest.hookimpl(wrapper=True, specname="pytest_runtestloop")
+    def pytest_runtestloop_stops_after_current_cases(self, session: pytest.Session) -> Generator[None, object, object]:
+        """xdist: an interrupt stops the run after each worker's case, so none loses what it measured."""
+        if self.state is None:
+            return (yield)
+        from perf_plugin.run.xdist_stop import stop_after_current_cases
+
+        with stop_after_current_cases(session.config):
+            return (yield)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:  # type: ignore[no-untyped-def]

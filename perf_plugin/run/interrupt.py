@@ -40,6 +40,11 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
+def raises_interrupt(handler: Any) -> bool:
+    """Whether ``handler`` is the one ``sigterm_as_interrupt`` installs."""
+    return handler is _raise_interrupt
+
+
 def sigterm_as_interrupt(config: pytest.Config) -> bool:
     """Install the handler for this run; False where it is not ours to install."""
     if threading.current_thread() is not threading.main_thread():
@@ -56,27 +61,42 @@ def sigterm_as_interrupt(config: pytest.Config) -> bool:
     return True
 
 
-def sigint_heard(config: pytest.Config) -> bool:
-    """A worker started with SIGINT ignored takes Python's handler for this run; False where it
-    was not ignored (or this is not the main thread).
+def worker_interrupts(config: pytest.Config, *, sigterm: bool) -> bool:
+    """Worker (xdist): the first SIGINT (and SIGTERM, where ``sigterm``) raises
+    ``KeyboardInterrupt``; those after it are absorbed until the session end, whose flush
+    ``one_interrupt_absorbed`` covers.  False where not ours to install.
+
+    One interrupt reaches a worker more than once: a terminal's Ctrl-C reaches every process of
+    the run, and the controller passes on the one it heard (``perf_plugin.run.xdist_stop``).  A
+    second ``KeyboardInterrupt`` while the first unwinds the case would cut the session end,
+    where the worker's profiler batch goes to its journal.  The controller's second interrupt
+    still stops the run at once: xdist then kills its workers.
 
     A shell starts a background job (``pytest bench -n 2 &`` in a script, some CI runners) with
-    SIGINT ignored, and its workers inherit that.  xdist stops a worker still running a case by
-    the worker sending itself SIGINT (execnet, five seconds after the shutdown), then ends it with
-    ``os._exit`` ten seconds later: a worker that ignores SIGINT died with its profiler's batch
-    unflushed (SIGTERM to such a run: 41 cases passed, none written back).  Heard, the interrupt
-    flushes that batch into the worker's journal, as under a terminal."""
+    SIGINT ignored, and its workers inherit that; heard here, since xdist stops a busy worker
+    with SIGINT (a worker that ignored it died with its batch unflushed: SIGTERM to such a run,
+    41 cases passed, none written back)."""
     if threading.current_thread() is not threading.main_thread():
         return False
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        return False
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    numbers = [signal.SIGINT] if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, signal.SIG_IGN) else []
+    if sigterm and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        numbers.append(signal.SIGTERM)
+    heard: list[int] = []
+
+    def interrupt_once(signum: int, frame: FrameType | None) -> None:
+        if not heard:
+            heard.append(signum)
+            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = {number: signal.signal(number, interrupt_once) for number in numbers}
 
     def restore() -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for number, handler in previous.items():
+            if signal.getsignal(number) is interrupt_once:
+                signal.signal(number, handler)
 
     config.add_cleanup(restore)
-    return True
+    return bool(numbers)
 
 
 _DEFERRED = (signal.SIGINT, signal.SIGTERM)

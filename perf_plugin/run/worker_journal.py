@@ -25,7 +25,7 @@ import filelock
 import pytest
 
 from perf_plugin.results import CaseResult
-from perf_plugin.run.interrupt import sigint_heard, sigterm_as_interrupt
+from perf_plugin.run.interrupt import worker_interrupts
 from perf_plugin.run.journal import (
     JOURNAL_SUFFIX,
     JournalHeader,
@@ -59,13 +59,12 @@ def open_worker_journal(workerinput: dict[str, Any]) -> RunJournal | None:
 
 def start_worker_journal(config: pytest.Config, state: RunState, workerinput: dict[str, Any]) -> None:
     """Worker: its own journal of what it measured, and SIGTERM ending it through its session end
-    (which flushes the profiler into that journal), as Ctrl-C does; SIGINT heard even where the
-    run was started with it ignored (``sigint_heard``: xdist stops a busy worker with it)."""
-    sigint_heard(config)
+    (which flushes the profiler into that journal), as Ctrl-C does; one interrupt, however often
+    it arrives, stops it once (``worker_interrupts``)."""
     state.worker_journal = open_worker_journal(workerinput)
+    worker_interrupts(config, sigterm=state.worker_journal is not None)
     if state.worker_journal is not None:
         config.add_cleanup(state.worker_journal.close)  # kept: the controller takes it, or a later run
-        sigterm_as_interrupt(config)
 
 
 def worker_journals(control: ControllerState) -> list[Path]:
