@@ -10,6 +10,7 @@
 #   bash reproduce/lookup_accuracy_cuda.sh dense-gemm OUT_DIR       # bf16 and fp8 GEMMs, 6096 rows
 #   bash reproduce/lookup_accuracy_cuda.sh dense-others OUT_DIR     # RmsNorm/Add/SwiGlu, 720 rows
 #   bash reproduce/lookup_accuracy_cuda.sh dense-attention OUT_DIR  # FIA with even KV lengths, 1160 rows
+#   bash reproduce/lookup_accuracy_cuda.sh dense-grouped OUT_DIR    # MoE grouped GEMMs over six expert loads
 #   bash reproduce/lookup_accuracy_cuda.sh dense-varlen OUT_DIR     # packed (TND) FlashAttentionScore prefills
 #                                                                   # over three length distributions
 # then, anywhere:
@@ -18,7 +19,7 @@
 # Prerequisites: a CUDA GPU, this project installed (pip install -e .). Each part takes minutes; an
 # interrupted run keeps what it measured (write-back on SIGINT), and a rerun measures only the rest.
 set -euo pipefail
-part=${1:?gemm, others, attention or dense-gemm, dense-others, dense-attention, dense-varlen}
+part=${1:?gemm, others, attention or dense-gemm, dense-others, dense-attention, dense-varlen, dense-grouped}
 out=${2:?output directory}
 db="$out/db"
 mkdir -p "$db"
@@ -63,13 +64,14 @@ dense-*)
         select="RmsNorm or Add or SwiGlu" ;;
     dense-attention) kinds=FusedInferAttentionScore models=llama-3.1-8b select=FusedInferAttentionScore ;;
     dense-varlen) kinds=FlashAttentionScore models=llama-3.1-8b select=FlashAttentionScore ;;
-    *) echo "part: dense-gemm, dense-others, dense-attention or dense-varlen" >&2; exit 2 ;;
+    dense-grouped) kinds=GroupedMatmul models=qwen3-235b-a22b select=GroupedMatmul ;;
+    *) echo "part: dense-gemm, dense-others, dense-attention, dense-varlen or dense-grouped" >&2; exit 2 ;;
     esac
     dense "$kinds" "$models"
     run_bench -k "$select"
     ;;
 *)
-    echo "part: gemm, others, attention, dense-gemm, dense-others, dense-attention or dense-varlen" >&2
+    echo "part: gemm, others, attention, dense-gemm, dense-others, dense-attention, dense-varlen or dense-grouped" >&2
     exit 2
     ;;
 esac
