@@ -115,6 +115,11 @@ class Backend(ABC):
         """Size of the last-level cache the kernels read through, or None when unknown."""
         return None
 
+    def compute_units(self) -> int | None:
+        """How many units a kernel's tiles are spread over at once (a GPU's multiprocessors), or
+        None when unknown: a tiled kernel's time steps with its waves over them."""
+        return None
+
     def generator(self, seed: int) -> "torch.Generator":
         import torch
 

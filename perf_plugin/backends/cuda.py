@@ -111,3 +111,8 @@ class CudaBackend(Backend):
 
         size = getattr(torch.cuda.get_device_properties(self.index), "L2_cache_size", 0)
         return int(size) or None
+
+    def compute_units(self) -> int | None:
+        import torch
+
+        return int(torch.cuda.get_device_properties(self.index).multi_processor_count) or None

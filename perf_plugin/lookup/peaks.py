@@ -9,6 +9,7 @@ then one per software stack, so a file in the device's directory serves every st
     backend: cuda
     matmul_tflops: {BF16: 702.4, FLOAT16: 710.0, FLOAT: 51.2, FLOAT8_E4M3FN: 1251.0}
     copy_gbps: 2963.0
+    multiprocessors: 132   # where the backend tells (a GPU's SMs): a tiled kernel's waves
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from perf_plugin.database.atomic import atomic_write_text
 from perf_plugin.database.errors import DatabaseError
 
 PEAKS_FILE = "device_peaks.yaml"
+MULTIPROCESSORS = "multiprocessors"  # a key of the file's details: how many units a kernel's tiles spread over
 # database dir, device dir, ... : how far up a lookup looks (root / device / vllm / torch / cann)
 _LEVELS = 5
 
@@ -45,6 +47,13 @@ class DevicePeaks:
 
     def memory_us(self, nbytes: float) -> float:
         return nbytes / (self.copy_gbps * 1e3)
+
+    @property
+    def compute_units(self) -> int | None:
+        """The device's multiprocessors, where ``perfdb peaks`` recorded them (files written
+        before it did have none)."""
+        value = self.details.get(MULTIPROCESSORS)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def write_peaks(path: Path, peaks: DevicePeaks) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from perf_plugin.lookup.peaks import DevicePeaks
+from perf_plugin.lookup.peaks import MULTIPROCESSORS, DevicePeaks
 from perf_plugin.replay.tensors import DTYPES
 
 if TYPE_CHECKING:
@@ -91,11 +91,14 @@ def measure_peaks(backend: "Backend", sizes: Sequence[int], copy_mib: int, repea
     source = torch.empty(elements, device=device, dtype=torch.float32).uniform_()
     target = torch.empty_like(source)
     copy_gbps = 2 * source.numel() * 4 / best(lambda: target.copy_(source), repeats) / 1e9
-    details = {
+    details: dict[str, object] = {
         "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "torch": str(torch.__version__), "machine": platform.machine(),
         "method": f"best of {repeats} repeats: square GEMMs of edge {', '.join(map(str, sizes))} per dtype "
                   f"(torch.mm; FP8 via torch._scaled_mm), a {copy_mib} MiB device-to-device copy "
                   "(read plus written bytes)",
     }
+    units = backend.compute_units()
+    if units:
+        details[MULTIPROCESSORS] = units  # a tiled kernel's waves (grouped GEMMs, lookup/grouped.py)
     return DevicePeaks(backend.device_name(), backend.name, matmul, copy_gbps, details)
