@@ -57,6 +57,13 @@ def test_peaks_round_trip_and_are_found_above_the_database(tmp_path: Path) -> No
     assert found.copy_gbps == 2000.0 and found.compute_us(1e12, "BF16") == pytest.approx(2000.0)
     assert found.compute_us(1e12, "FLOAT") is None  # no peak measured for it
     assert find_peaks(tmp_path / "elsewhere") is None
+    assert found.compute_units is None  # a file without multiprocessors (as written before they were)
+    gpu = tmp_path / "gpu"
+    gpu.mkdir()
+    write_peaks(gpu / PEAKS_FILE, DevicePeaks("TEST_DEVICE", "cuda", {"BF16": 500.0}, 2000.0, {"multiprocessors": 132}))
+    assert read_peaks(gpu / PEAKS_FILE).compute_units == 132
+    (gpu / PEAKS_FILE).write_text("matmul_tflops: {BF16: 1}\ncopy_gbps: 1\nmultiprocessors: true\n")
+    assert read_peaks(gpu / PEAKS_FILE).compute_units is None
     bad = tmp_path / PEAKS_FILE
     bad.write_text("matmul_tflops: {BF16: fast}\ncopy_gbps: 1\n")
     with pytest.raises(DatabaseError, match="matmul_tflops"):
@@ -69,6 +76,7 @@ def test_perfdb_peaks_measures_this_device(tmp_path: Path, capsys: pytest.Captur
     peaks = read_peaks(tmp_path / PEAKS_FILE)
     assert peaks.backend == "cpu" and set(peaks.matmul_tflops) == {"BF16", "FLOAT16", "FLOAT"}  # no FP8 on a CPU
     assert all(v > 0 for v in peaks.matmul_tflops.values()) and peaks.copy_gbps > 0
+    assert peaks.compute_units is None  # a CPU's cores are no GPU's multiprocessors
     assert "GEMM TFLOP/s" in capsys.readouterr().out
     assert perfdb(["peaks", "--database-path", str(tmp_path), "--sizes", "x"]) == 2
 
@@ -301,8 +309,8 @@ def test_grouped_gemms_are_interpolated_by_rows_and_expert_load(tmp_path: Path) 
         sizes = grouped.group_sizes(row.cells["Input Values"].strip('"'), e, m)  # type: ignore[attr-defined]
         assert sizes is not None and sum(sizes) == m
         work = grouped._work(sizes, k, n, ("BF16", "BF16"))
-        # efficiency a power of the tile excess: its log is linear in the log of that axis
-        return max(work.flops / 500e6, work.nbytes / 2000e3) / (0.6 * grouped.tile_excess(sizes) ** -2)
+        # efficiency a power of the load spread: its log is linear in the log of that axis
+        return max(work.flops / 500e6, work.nbytes / 2000e3) / (0.6 * grouped.load_spread(sizes) ** -2)
 
     _time_rows(path, duration, PEAKS)
     rows = read_rows(path)
@@ -319,12 +327,13 @@ def test_grouped_gemms_are_interpolated_by_rows_and_expert_load(tmp_path: Path) 
     answer = lookup(db, query)
     assert answer.provenance == "interpolated" and answer.details["imbalance"] == pytest.approx(3.0)
     # 3 tiles for the busy expert, one for each other: 18 where 2048 rows need 16
-    assert grouped.tile_excess(sizes) == pytest.approx(18 / 16)
     work = grouped._work(sizes, 4096, 3072, ("BF16", "BF16"))
     assert work.flops == 2.0 * 18 * 128 * 3072 * 4096  # the padded tiles' operations
     ideal = max(work.flops / 500e6, work.nbytes / 2000e3)
-    assert answer.duration_us == pytest.approx(ideal / (0.6 * (18 / 16) ** -2))
-    assert "linear in tile excess between 1.062 and 1.188" in answer.column  # two grid loads at 2048 rows
+    spread = grouped.load_spread(sizes)
+    assert 1 < spread < grouped.load_spread(grouped.group_sizes(measured.cells["Input Values"].strip('"'), 16, 2048) or ())
+    assert answer.duration_us == pytest.approx(ideal / (0.6 * spread ** -2))
+    assert "linear in load spread between" in answer.column  # two grid loads at 2048 rows
 
 
 def _ends(row: object) -> list[int]:

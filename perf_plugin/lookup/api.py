@@ -4,7 +4,7 @@ Exact first: a row whose input shapes and dtypes (and formats, output shapes and
 where the query gives them) are the query's answers with its duration (``rows.py`` says which
 column).  Else the kernel family's interpolation inside the hull of measured rows: GEMMs in
 (M, N, K) (``gemm.py``); attention by batch, lengths and KV spread (``attention.py``); grouped MoE
-GEMMs by rows and the split's tile excess (``grouped.py``); packed (TND) flash attention by batch,
+GEMMs by rows and the split's load spread (``grouped.py``); packed (TND) flash attention by batch,
 request length and length spread (``varlen_attention.py``); kernels that stream their inputs by
 bytes, or rows and width (``by_size.py``).  Outside the hull of the family's rows, the nearest
 row's efficiency held (a ``fallback``, ``efficiency.py``).  With no row of the family at all and

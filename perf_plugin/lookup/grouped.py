@@ -1,22 +1,29 @@
 """Interpolation of grouped MoE GEMM rows by rows and expert load.
 
 A grouped GEMM (``GroupedMatmul``: ``x [M,K]``, ``weight [E,K,N]`` or ``[E,N,K]``, a group list)
-does ``2*M*N*K`` operations and reads every expert's weight, but how long it takes depends on
-how the rows split between the experts: a busy expert's group spills into more tiles while the
-others idle.  A row's split is its ``Input Values`` (the group list's cumulative ends, measured in
-a model or a grid's named load); without one, the replay draws even groups.  Rows of the same
-experts, K, N, weight layout and dtypes form one family; inside it the efficiency against the
-roofline is interpolated in ``log M`` and ``log`` of the split's tile excess (its M-tiles over the
-fewest the rows could take: 1 for groups that pack into whole tiles) (``efficiency.py``), and the query's time is its roofline
-time over that efficiency.  The roofline counts each group's rows in whole M-tiles, each tile
-reading its expert's weight: the cost a skewed split adds that the shapes do not show.
+does ``2*M*N*K`` operations, but how long it takes depends on how the rows split between the
+experts: a busy expert's group spills into more tiles while the others idle, and an expert no
+row chose is not read.  A row's split is its ``Input Values`` (the group list's cumulative ends,
+measured in a model or a grid's named load); without one, the replay draws even groups.  Rows of
+the same experts, K, N, weight layout and dtypes form one family (and, for the CUDA replay's
+rows, of the same kernel: ``cutlass_tiling``); inside it the efficiency against the roofline is
+interpolated in ``log M`` and ``log`` of the split's spread (the experts over its effective
+experts, ``load_spread``) (``efficiency.py``), and the query's time is its roofline time over
+that efficiency.
+
+The roofline counts each group's rows in whole tiles (an empty group costs nothing) and reads
+each expert's weight once per tile, or, where the kernel and the device's multiprocessors are
+known, once per expert used, with the operations of every wave of tiles over the device
+(``_work``): the cost a skewed split adds that the shapes do not show.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from perf_plugin.database.schema import MICROBENCH_BACKEND
 from perf_plugin.database.shapes import Shape, parse_shape_cell
 from perf_plugin.lookup import efficiency
 from perf_plugin.lookup.answer import NONE, Answer, Query
@@ -25,10 +32,31 @@ from perf_plugin.lookup.roofline import Work, element_size, scale
 from perf_plugin.lookup.rows import MeasuredRow
 
 KERNEL_TYPES = frozenset({"GroupedMatmul"})
-AXES = ("tile excess", "rows")
-# The rows of one M-tile of the grouped GEMM kernels the roofline assumes (Hopper's CUTLASS
-# grouped GEMMs and Ascend's both tile M by 128): a modelling choice, named in every answer's work.
+AXES = ("load spread", "rows")
+# The rows of one M-tile of a grouped GEMM kernel whose tiling is not known (Ascend's tiles M by
+# 128): a modelling choice, named in every answer's work.
 M_TILE = 128
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """A grouped GEMM kernel's output tile (``n`` None: unknown, N not tiled) and how many tiles
+    along M one cluster of multiprocessors takes together."""
+
+    m: int
+    n: int | None = None
+    cluster: int = 1
+
+
+UNKNOWN_TILING = Tiling(M_TILE)
+
+
+def cutlass_tiling(m: int, experts: int, n: int) -> Tiling:
+    """The kernel PyTorch's CUTLASS grouped GEMM runs on Hopper (``torch._grouped_mm`` in bf16,
+    ``GroupMM.cu``): 64 x 128 tiles (ping-pong) where the mean group has at most 128 rows or N is
+    at most 128, else 128 x 256 (cooperative), both in clusters of two along M.  The H100's rows
+    name these kernels, switching between 128 and 192 rows per expert in every family."""
+    return Tiling(64, 128, 2) if m // max(1, experts) <= 128 or n <= 128 else Tiling(128, 256, 2)
 
 
 def _gemm(shapes: Sequence[Shape | None]) -> tuple[int, int, int, int, str] | None:
@@ -58,13 +86,18 @@ def group_sizes(values: str, experts: int, rows: int) -> tuple[int, ...] | None:
     return None
 
 
-def tile_excess(sizes: Sequence[int]) -> float:
-    """The split's M-tiles over the fewest its rows could take: 1 when the groups pack into whole
-    tiles, up to the experts' count when every group is a sliver of one.  Of the load's
-    summaries this one tells the kernel's time apart best (held-out error on the H100: median
-    1.6 % against 2.6 % for the busiest group over the mean)."""
+def load_spread(sizes: Sequence[int]) -> float:
+    """The experts over the split's effective experts (the exponential of the entropy of its
+    shares): 1 for even groups, the experts' count when one takes every row.  Of the load's
+    summaries tried, this one tells the kernel's time apart best (held-out P90 on the H100's
+    dense grid, two splits, with the waves and the kernel: 6.0 % against 7.8-8.7 % for the
+    split's M-tiles over the fewest its rows need, 7.6-8.0 % for the busiest group over the
+    mean, 6.4-6.6 % for the experts over the inverse sum of squared shares)."""
     rows = sum(sizes)
-    return sum(math.ceil(g / M_TILE) for g in sizes) / max(1, math.ceil(rows / M_TILE))
+    if rows <= 0:
+        return 1.0
+    entropy = -sum(g / rows * math.log(g / rows) for g in sizes if g)
+    return len(sizes) / math.exp(entropy)
 
 
 def imbalance(values: str, experts: int, rows: int) -> float | None:
@@ -73,20 +106,33 @@ def imbalance(values: str, experts: int, rows: int) -> float | None:
     return None if sizes is None or rows <= 0 else max(sizes) / (rows / experts)
 
 
-def _work(sizes: Sequence[int], k: int, n: int, dtypes: Sequence[str]) -> Work:
-    """Each group's rows padded to whole M-tiles, each tile streaming its expert's weight: what a
-    grouped GEMM kernel does (an empty group costs nothing), so that a skewed split's extra
-    tiles are in the roofline and the interpolation is left with what the model does not say."""
+def _work(sizes: Sequence[int], k: int, n: int, dtypes: Sequence[str], tiling: Tiling = UNKNOWN_TILING,
+          units: int | None = None) -> Work:
+    """Each group's rows in whole tiles.  Without the kernel's tiling or the device's ``units``
+    (multiprocessors), each tile streams its expert's weight.  With both: the operations of every
+    wave of clusters over the device (a last wave partly idle costs a whole one), and each used
+    expert's weight read once, since the tiles of one expert running together share it."""
     x, w = (element_size(d) or 2 for d in dtypes[:2])
     m = sum(sizes)
-    tiles = sum(math.ceil(g / M_TILE) for g in sizes)
-    return Work(2.0 * tiles * M_TILE * n * k, m * k * x + tiles * k * n * w + m * n * x, dtypes[0])
+    if tiling.n is None or not units:
+        tiles = sum(math.ceil(g / tiling.m) for g in sizes)
+        return Work(2.0 * tiles * tiling.m * n * k, m * k * x + tiles * k * n * w + m * n * x, dtypes[0])
+    clusters = sum(math.ceil(math.ceil(g / tiling.m) / tiling.cluster) for g in sizes) * math.ceil(n / tiling.n)
+    waves = math.ceil(clusters / max(1, units // tiling.cluster))
+    used = sum(1 for g in sizes if g)
+    return Work(2.0 * waves * units * tiling.m * tiling.n * k, m * k * x + used * k * n * w + m * n * x, dtypes[0])
 
 
 def query_work(query: Query) -> Work | None:
     gemm = _gemm(query.input_shapes)
     sizes = None if gemm is None else group_sizes(query.input_values, gemm[1], gemm[0])
     return None if gemm is None or sizes is None else _work(sizes, gemm[2], gemm[3], query.input_dtypes)
+
+
+def _replayed_on_cuda(rows: Sequence[MeasuredRow]) -> bool:
+    """Whether every measured row is the CUDA replay's, which runs ``torch._grouped_mm``."""
+    measured = [row for row in rows if row.duration_us is not None]
+    return bool(measured) and all(row.cells.get(MICROBENCH_BACKEND, "") == "cuda" for row in measured)
 
 
 def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | None) -> Answer:
@@ -99,23 +145,25 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
         return Answer(query, NONE, reason=f"Input Values {query.input_values!r} holds no group list of {e} "
                                           f"cumulative ends reaching {m} rows")
     family = (e, k, n, layout, tuple(query.input_dtypes[:2]))
-    load = max(sizes) / (m / e)
-    query_work = _work(sizes, k, n, query.input_dtypes)
+    members = [(row, gemm[0]) for row in rows if row.duration_us is not None
+               and (gemm := _gemm(row.input_shapes)) is not None and gemm[0] > 0
+               and (*gemm[1:], tuple(row.input_dtypes[:2])) == family]
+    cuda = _replayed_on_cuda([row for row, _ in members])
+    tiling = cutlass_tiling(m, e, n) if cuda else UNKNOWN_TILING
+    units = peaks.compute_units if peaks is not None else None
+    query_work = _work(sizes, k, n, query.input_dtypes, tiling, units)
     used = peaks if peaks is not None and scale(query_work, peaks) is not None else None
     points = []
-    for row in rows:
-        gemm = _gemm(row.input_shapes)
-        if gemm is None or row.duration_us is None or (*gemm[1:], tuple(row.input_dtypes[:2])) != family:
+    for row, rows_m in members:
+        if cuda and cutlass_tiling(rows_m, e, n) != tiling:  # another kernel: its own efficiency
             continue
-        row_sizes = group_sizes(row.cells.get("Input Values", "").strip().strip('"'), e, gemm[0])
-        if row_sizes is None or gemm[0] <= 0:
-            continue
-        ideal = scale(_work(row_sizes, k, n, row.input_dtypes), used)
-        if ideal is not None:
-            points.append(efficiency.point((tile_excess(row_sizes), float(gemm[0])), ideal,
-                                           row.duration_us, row.line))
+        row_sizes = group_sizes(row.cells.get("Input Values", "").strip().strip('"'), e, rows_m)
+        ideal = None if row_sizes is None else scale(_work(row_sizes, k, n, row.input_dtypes, tiling, units), used)
+        if row_sizes is not None and ideal is not None and row.duration_us is not None:
+            points.append(efficiency.point((load_spread(row_sizes), float(rows_m)), ideal, row.duration_us, row.line))
     ideal = scale(query_work, used)
     assert ideal is not None
-    return efficiency.answer(query, points, (tile_excess(sizes), float(m)), AXES, ideal, "grouped GEMM", used,
-                             "fewer than two measured rows of these experts, K, N, layout and dtypes",
-                             {"imbalance": load})
+    kernel = "" if tiling == UNKNOWN_TILING else f" run by the {tiling.m} x {tiling.n} tile's kernel"
+    return efficiency.answer(query, points, (load_spread(sizes), float(m)), AXES, ideal, "grouped GEMM", used,
+                             f"fewer than two measured rows of these experts, K, N, layout and dtypes{kernel}",
+                             {"imbalance": max(sizes) / (m / e)})
