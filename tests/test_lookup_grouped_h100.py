@@ -106,4 +106,19 @@ def test_a_split_nobody_measured_costs_between_the_loads_around_it() -> None:
     assert answer.details["imbalance"] == pytest.approx(3.0)
     assert balanced.duration_us is not None and answer.duration_us is not None
     assert answer.duration_us > 1.15 * balanced.duration_us
-    assert "load spread" in answer.column
+    assert "load spread" in answer.column and "run by the 128 x 256 tile's kernel" in answer.column
+
+
+def test_perfdb_lookup_takes_the_split_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from perf_plugin.cli import main as perfdb
+
+    row = next(r for r in read_rows(FIXTURE / "GroupedMatmul.csv")
+               if _shape(r)[0] == 2048 and r.cells["Input Values Source"] == "grid: zipf 1")
+    args = ["lookup", "--database-path", str(FIXTURE), "--kernel-type", "GroupedMatmul",
+            "--input-shapes", row.cells["Input Shapes"], "--input-dtypes", row.cells["Input Data Types"]]
+    assert perfdb([*args, "--input-values", row.cells["Input Values"].strip('"')]) == 0
+    assert f"{row.duration_us:.3f} us (exact: row {row.line};" in capsys.readouterr().out  # that split's own row
+    balanced = next(r for r in read_rows(FIXTURE / "GroupedMatmul.csv")
+                    if _shape(r)[0] == 2048 and r.cells["Input Values Source"] == "grid: balanced")
+    assert perfdb(args) == 0  # no split given: the even one the replay draws, the balanced row's
+    assert f"{balanced.duration_us:.3f} us (exact: row {balanced.line};" in capsys.readouterr().out

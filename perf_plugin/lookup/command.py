@@ -45,6 +45,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--input-dtypes", help='e.g. "DT_BF16;DT_BF16"')
     parser.add_argument("--input-formats", default="", help="optional, e.g. ND;FRACTAL_NZ")
     parser.add_argument("--output-shapes", default="", help="optional")
+    parser.add_argument("--input-values", default="",
+                        help='optional, as a row writes them, e.g. a grouped GEMM\'s cumulative rows per expert ";;;;;;;96,256,384,512"')
     parser.add_argument("--queries", type=Path, help="a CSV of queries (instead of one on the command line)")
     collective = parser.add_argument_group("a collective (instead of a kernel)")
     collective.add_argument("--collective", help="all_reduce, all_gather, reduce_scatter, alltoall (or hcom_<op>_)")
@@ -163,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give --kernel-type, --input-shapes and --input-dtypes (or --queries FILE --out FILE)")
     query = make_query({"Kernel Type": args.kernel_type, "Input Shapes": args.input_shapes,
                         "Input Data Types": args.input_dtypes, "Input Formats": args.input_formats,
-                        "Output Shapes": args.output_shapes})
+                        "Output Shapes": args.output_shapes, "Input Values": args.input_values})
     answer = lookup(args.database_path, query)
     print(answer.line())
     if args.policy:

@@ -164,6 +164,6 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
     ideal = scale(query_work, used)
     assert ideal is not None
     kernel = "" if tiling == UNKNOWN_TILING else f" run by the {tiling.m} x {tiling.n} tile's kernel"
-    return efficiency.answer(query, points, (load_spread(sizes), float(m)), AXES, ideal, "grouped GEMM", used,
+    return efficiency.answer(query, points, (load_spread(sizes), float(m)), AXES, ideal, f"grouped GEMM{kernel}", used,
                              f"fewer than two measured rows of these experts, K, N, layout and dtypes{kernel}",
                              {"imbalance": max(sizes) / (m / e)})
