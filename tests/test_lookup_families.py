@@ -309,8 +309,8 @@ def test_grouped_gemms_are_interpolated_by_rows_and_expert_load(tmp_path: Path) 
         sizes = grouped.group_sizes(row.cells["Input Values"].strip('"'), e, m)  # type: ignore[attr-defined]
         assert sizes is not None and sum(sizes) == m
         work = grouped._work(sizes, k, n, ("BF16", "BF16"))
-        # efficiency a power of the load spread: its log is linear in the log of that axis
-        return max(work.flops / 500e6, work.nbytes / 2000e3) / (0.6 * grouped.load_spread(sizes) ** -2)
+        # efficiency a power of the tile excess: its log is linear in the log of that axis
+        return max(work.flops / 500e6, work.nbytes / 2000e3) / (0.6 * grouped.tile_excess(sizes) ** -2)
 
     _time_rows(path, duration, PEAKS)
     rows = read_rows(path)
@@ -327,13 +327,12 @@ def test_grouped_gemms_are_interpolated_by_rows_and_expert_load(tmp_path: Path) 
     answer = lookup(db, query)
     assert answer.provenance == "interpolated" and answer.details["imbalance"] == pytest.approx(3.0)
     # 3 tiles for the busy expert, one for each other: 18 where 2048 rows need 16
+    assert grouped.tile_excess(sizes) == pytest.approx(18 / 16)
     work = grouped._work(sizes, 4096, 3072, ("BF16", "BF16"))
     assert work.flops == 2.0 * 18 * 128 * 3072 * 4096  # the padded tiles' operations
     ideal = max(work.flops / 500e6, work.nbytes / 2000e3)
-    spread = grouped.load_spread(sizes)
-    assert 1 < spread < grouped.load_spread(grouped.group_sizes(measured.cells["Input Values"].strip('"'), 16, 2048) or ())
-    assert answer.duration_us == pytest.approx(ideal / (0.6 * spread ** -2))
-    assert "linear in load spread between" in answer.column  # two grid loads at 2048 rows
+    assert answer.duration_us == pytest.approx(ideal / (0.6 * (18 / 16) ** -2))
+    assert "linear in tile excess between 1.062 and 1.188" in answer.column  # two grid loads at 2048 rows
 
 
 def _ends(row: object) -> list[int]:

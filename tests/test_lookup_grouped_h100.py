@@ -122,3 +122,26 @@ def test_perfdb_lookup_takes_the_split_on_the_command_line(capsys: pytest.Captur
                     if _shape(r)[0] == 2048 and r.cells["Input Values Source"] == "grid: balanced")
     assert perfdb(args) == 0  # no split given: the even one the replay draws, the balanced row's
     assert f"{balanced.duration_us:.3f} us (exact: row {balanced.line};" in capsys.readouterr().out
+
+
+def test_without_the_multiprocessors_the_tiles_stream_their_weights(tmp_path: Path) -> None:
+    """A peaks file written before ``perfdb peaks`` recorded the multiprocessors: no waves, each
+    tile streams its expert's weight and the split is read by its tile excess; still only the
+    rows of the query's own kernel."""
+    shutil.copy(FIXTURE / "GroupedMatmul.csv", tmp_path / "GroupedMatmul.csv")
+    text = (FIXTURE / PEAKS_FILE).read_text()
+    (tmp_path / PEAKS_FILE).write_text("".join(line for line in text.splitlines(keepends=True)
+                                               if not line.startswith("multiprocessors:")))
+    assert read_peaks(tmp_path / PEAKS_FILE).compute_units is None
+    rows = read_rows(FIXTURE / "GroupedMatmul.csv")
+    held = next(r for r in rows if _shape(r)[0] == 3072 and r.cells["Input Values Source"] == "grid: zipf 1")
+    sizes = list(grouped.group_sizes(held.cells["Input Values"].strip('"'), 8, 3072) or ())
+    sizes[0], sizes[-1] = sizes[0] - 1, sizes[-1] + 1  # a split no row has
+    ends = ",".join(str(sum(sizes[: i + 1])) for i in range(8))
+    query = make_query({"Kernel Type": "GroupedMatmul", "Input Shapes": held.cells["Input Shapes"],
+                        "Input Data Types": held.cells["Input Data Types"], "Input Values": ";;;;;;;" + ends})
+    answer = lookup(tmp_path, query)
+    assert answer.provenance == "interpolated", answer.reason
+    assert "tile excess" in answer.column and "run by the 128 x 256 tile's kernel" in answer.column
+    by_line = {r.line: r for r in rows}
+    assert all(grouped.cutlass_tiling(*_shape(by_line[line])).m == 128 for line in answer.rows)

@@ -7,14 +7,15 @@ row chose is not read.  A row's split is its ``Input Values`` (the group list's 
 measured in a model or a grid's named load); without one, the replay draws even groups.  Rows of
 the same experts, K, N, weight layout and dtypes form one family (and, for the CUDA replay's
 rows, of the same kernel: ``cutlass_tiling``); inside it the efficiency against the roofline is
-interpolated in ``log M`` and ``log`` of the split's spread (the experts over its effective
-experts, ``load_spread``) (``efficiency.py``), and the query's time is its roofline time over
-that efficiency.
+interpolated in ``log M`` and ``log`` of a summary of the split (``efficiency.py``), and the
+query's time is its roofline time over that efficiency.
 
-The roofline counts each group's rows in whole tiles (an empty group costs nothing) and reads
-each expert's weight once per tile, or, where the kernel and the device's multiprocessors are
-known, once per expert used, with the operations of every wave of tiles over the device
-(``_work``): the cost a skewed split adds that the shapes do not show.
+Where the kernel and the device's multiprocessors are known (the CUDA replay's rows, a peaks file
+that records them), the roofline counts the operations of every wave of tiles over the device
+and each used expert's weight once, and the split is read by its load spread (the experts over
+its effective experts).  Otherwise each group's rows fill whole 128-row tiles, each tile reading
+its expert's weight, and the split is read by its tile excess (``_work``): the cost a skewed split
+adds that the shapes do not show.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from perf_plugin.lookup.roofline import Work, element_size, scale
 from perf_plugin.lookup.rows import MeasuredRow
 
 KERNEL_TYPES = frozenset({"GroupedMatmul"})
-AXES = ("load spread", "rows")
+WAVE_AXES = ("load spread", "rows")
+TILE_AXES = ("tile excess", "rows")
 # The rows of one M-tile of a grouped GEMM kernel whose tiling is not known (Ascend's tiles M by
 # 128): a modelling choice, named in every answer's work.
 M_TILE = 128
@@ -84,6 +86,14 @@ def group_sizes(values: str, experts: int, rows: int) -> tuple[int, ...] | None:
         if ends is not None and len(ends) == experts and ends[-1] == rows and rows > 0:
             return tuple(end - start for start, end in zip((0, *ends), ends))
     return None
+
+
+def tile_excess(sizes: Sequence[int]) -> float:
+    """The split's 128-row M-tiles over the fewest its rows could take: 1 when the groups pack
+    into whole tiles, up to the experts' count when every group is a sliver of one.  The load's
+    axis where the waves are not known: it follows the tiles that roofline counts."""
+    rows = sum(sizes)
+    return sum(math.ceil(g / M_TILE) for g in sizes) / max(1, math.ceil(rows / M_TILE))
 
 
 def load_spread(sizes: Sequence[int]) -> float:
@@ -151,19 +161,26 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
     cuda = _replayed_on_cuda([row for row, _ in members])
     tiling = cutlass_tiling(m, e, n) if cuda else UNKNOWN_TILING
     units = peaks.compute_units if peaks is not None else None
-    query_work = _work(sizes, k, n, query.input_dtypes, tiling, units)
+    # the waves where the kernel and the multiprocessors are known; else tiles streaming weights
+    waves = cuda and units is not None
+    work_tiling, axes = (tiling, WAVE_AXES) if waves else (UNKNOWN_TILING, TILE_AXES)
+
+    def position(split: Sequence[int], rows_m: int) -> tuple[float, float]:
+        return (load_spread(split) if waves else tile_excess(split)), float(rows_m)
+
+    query_work = _work(sizes, k, n, query.input_dtypes, work_tiling, units)
     used = peaks if peaks is not None and scale(query_work, peaks) is not None else None
     points = []
     for row, rows_m in members:
         if cuda and cutlass_tiling(rows_m, e, n) != tiling:  # another kernel: its own efficiency
             continue
         row_sizes = group_sizes(row.cells.get("Input Values", "").strip().strip('"'), e, rows_m)
-        ideal = None if row_sizes is None else scale(_work(row_sizes, k, n, row.input_dtypes, tiling, units), used)
+        ideal = None if row_sizes is None else scale(_work(row_sizes, k, n, row.input_dtypes, work_tiling, units), used)
         if row_sizes is not None and ideal is not None and row.duration_us is not None:
-            points.append(efficiency.point((load_spread(row_sizes), float(rows_m)), ideal, row.duration_us, row.line))
+            points.append(efficiency.point(position(row_sizes, rows_m), ideal, row.duration_us, row.line))
     ideal = scale(query_work, used)
     assert ideal is not None
     kernel = "" if tiling == UNKNOWN_TILING else f" run by the {tiling.m} x {tiling.n} tile's kernel"
-    return efficiency.answer(query, points, (load_spread(sizes), float(m)), AXES, ideal, f"grouped GEMM{kernel}", used,
+    return efficiency.answer(query, points, position(sizes, m), axes, ideal, f"grouped GEMM{kernel}", used,
                              f"fewer than two measured rows of these experts, K, N, layout and dtypes{kernel}",
                              {"imbalance": max(sizes) / (m / e)})
