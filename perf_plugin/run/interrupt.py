@@ -7,7 +7,9 @@ it raises ``KeyboardInterrupt`` instead, once: a second SIGTERM ends the process
 run's journal keeps what the first shutdown had not written yet).
 
 Installed only on the controller of a run of replay cases, only from the main thread and only
-where nobody else handles SIGTERM; removed when the run ends.
+where nobody else handles SIGTERM; removed when the run ends.  An xdist worker takes
+``worker_interrupts`` instead: its first SIGINT or SIGTERM stops it, the repeats of that one
+interrupt do not (the controller's first interrupt is ``perf_plugin.run.xdist_stop``'s).
 
 ``signals_deferred`` holds SIGINT and SIGTERM back for a few statements that must not be cut in
 two: the controller taking a batch of results into its journal and its memory, so that a result
