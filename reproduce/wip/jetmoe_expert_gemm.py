@@ -14,13 +14,17 @@ expert GEMMs timed again, kernel time from the profiler, median over 20 repeats:
 * ``alone, warm``: one expert's GEMM back to back (its 8 MB weight stays in the L2);
 * ``alone, cold``: the same after a read of twice the L2 (what ``cold`` does);
 * ``alone, cold + idle``: and the device left idle for 1 ms before each launch;
-* ``alone, fresh operands``: a copy of the weight and input in new allocations, cold.
+* ``alone, fresh operands``: a copy of the weight and input in new allocations, cold;
+* ``after the expert before``: right after the previous expert's GEMM, cold before the pair;
+* ``after an 8 MB copy``: right after a copy of 8 MB of other memory, cold before the pair.
 
-Result on an H100 80GB HBM3 (torch 2.11, CUDA 13, transformers 5.17), us, for the calls of 95
-to 167 rows: in the model 6.7-9.1, the same call alike in two forward passes (136 rows: 8.96,
-9.09); the module loop's longest GEMM 7.54; alone, warm 5.6-6.7, cold 6.6-6.9, cold + idle
-6.5-6.9, fresh operands 6.6-6.9 (136 rows: 6.40, 6.86, 6.82, 6.88).  Placement, cache state and
-an idle device leave a GEMM alone 1-2 us short of its time inside the loop over the experts.
+Result on an H100 80GB HBM3 (torch 2.11, CUDA 13, transformers 5.17), us, for the calls of 103
+to 144 rows: in the model 6.7-9.3, the same call alike in every forward pass (136 rows: 8.96,
+9.09, 9.25); through the module's loop, cold before it, 6.5-9.2 per GEMM (6.91 7.65 9.20 8.61
+7.15 7.09 6.51 6.56, as the model's); alone, warm 5.6-6.6, cold 6.5-6.9, cold + idle 6.6-6.9,
+fresh operands 6.6-6.9; after the expert before 7.5-8.5; after an 8 MB copy 8.1-8.9.  A GEMM
+launched right behind a kernel that streamed megabytes runs 15-30 % longer than after a gap,
+whatever memory that kernel touched; placement, cache state and an idle device do not move it.
 
 Prerequisites: a CUDA GPU, transformers, this project installed.
 
@@ -48,18 +52,24 @@ from model_coverage import build_model  # noqa: E402  (the benchmark's own model
 REPEATS = 20
 
 
-def kernel_us(fn: Callable[[], Any], before: Callable[[], Any] | None = None) -> float:
-    """The median kernel time of ``fn``'s GEMM (the longest kernel of each call)."""
-    times = []
+def kernel_times(fn: Callable[[], Any], before: Callable[[], Any] | None = None) -> list[float]:
+    """The median time of each kernel ``fn`` launches, in launch order, over the repeats."""
+    runs = []
     for _ in range(REPEATS):
         if before is not None:
             before()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()
-        kernels = [e.time_range.elapsed_us() for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-        times.append(max(kernels))
-    return statistics.median(times)
+        kernels = sorted((e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
+                         if e.device_type == torch.autograd.DeviceType.CUDA)
+        runs.append([us for _, us in kernels])
+    return [statistics.median(run[i] for run in runs) for i in range(min(map(len, runs)))]
+
+
+def kernel_us(fn: Callable[[], Any], before: Callable[[], Any] | None = None) -> float:
+    """The median time of ``fn``'s last kernel (its GEMM)."""
+    return kernel_times(fn, before)[-1]
 
 
 def main() -> None:
@@ -99,12 +109,15 @@ def main() -> None:
     with torch.no_grad():
         for module, inputs, sizes in calls[:2]:
             weight = module.weight
-            loop = kernel_us(lambda: module(inputs, sizes))  # noqa: B023
-            print(f"module loop (longest kernel)  {inputs.shape[0]}  {loop:.2f}")
-            for expert, x in enumerate(inputs.split(sizes)):
-                if x.shape[0] == 0:
+            loop = kernel_times(lambda: module(inputs, sizes), cold)  # noqa: B023
+            print(f"module loop, cold, each GEMM   {inputs.shape[0]}  " + " ".join(f"{us:.2f}" for us in loop))
+            split = inputs.split(sizes)
+            other = torch.empty(8 * 2**20 // 2, device="cuda", dtype=inputs.dtype)
+            copied = torch.empty_like(other)
+            for expert, x in enumerate(split):
+                if x.shape[0] == 0 or expert == 0:
                     continue
-                w = weight[expert]
+                w, x_prev, w_prev = weight[expert], split[expert - 1], weight[expert - 1]
                 fresh_w, fresh_x = w.clone(), x.clone()
                 rows = x.shape[0]
                 for label, fn, before in (
@@ -112,6 +125,8 @@ def main() -> None:
                     ("alone, cold", lambda: F.linear(x, w), cold),  # noqa: B023
                     ("alone, cold + idle", lambda: F.linear(x, w), cold_idle),  # noqa: B023
                     ("alone, fresh operands", lambda: F.linear(fresh_x, fresh_w), cold),  # noqa: B023
+                    ("after the expert before", lambda: (F.linear(x_prev, w_prev), F.linear(x, w)), cold),  # noqa: B023
+                    ("after an 8 MB copy", lambda: (copied.copy_(other), F.linear(x, w)), cold),  # noqa: B023
                 ):
                     print(f"{label:30s}{rows:5d}  {kernel_us(fn, before):.2f}")
     for rows, us in in_model:
