@@ -24,6 +24,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from perf_plugin.backends.cuda import CudaBackend
 from perf_plugin.database.schema import MICROBENCH_BACKEND
 from perf_plugin.database.shapes import Shape, parse_shape_cell
 from perf_plugin.lookup import efficiency
@@ -142,7 +143,7 @@ def query_work(query: Query) -> Work | None:
 def _replayed_on_cuda(rows: Sequence[MeasuredRow]) -> bool:
     """Whether every measured row is the CUDA replay's, which runs ``torch._grouped_mm``."""
     measured = [row for row in rows if row.duration_us is not None]
-    return bool(measured) and all(row.cells.get(MICROBENCH_BACKEND, "") == "cuda" for row in measured)
+    return bool(measured) and all(row.cells.get(MICROBENCH_BACKEND, "") == CudaBackend.name for row in measured)
 
 
 def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | None) -> Answer:
