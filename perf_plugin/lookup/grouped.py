@@ -140,9 +140,8 @@ def query_work(query: Query) -> Work | None:
     return None if gemm is None or sizes is None else _work(sizes, gemm[2], gemm[3], query.input_dtypes)
 
 
-def _replayed_on_cuda(rows: Sequence[MeasuredRow]) -> bool:
+def _replayed_on_cuda(measured: Sequence[MeasuredRow]) -> bool:
     """Whether every measured row is the CUDA replay's, which runs ``torch._grouped_mm``."""
-    measured = [row for row in rows if row.duration_us is not None]
     return bool(measured) and all(row.cells.get(MICROBENCH_BACKEND, "") == CudaBackend.name for row in measured)
 
 
