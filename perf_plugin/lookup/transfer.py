@@ -34,10 +34,10 @@ Similar = Callable[[tuple[float, ...], tuple[float, ...]], bool]
 
 
 def carry_deviation(points: Sequence[Point], target: tuple[float, ...], found: Estimate, names: Sequence[str],
-                    similar: Similar) -> Estimate:
+                    similar: Similar, min_series: int = MIN_SERIES) -> Estimate:
     """``found`` (an interpolation along one axis between two measured values) plus the median
     deviation the other ``similar`` series show at the query's value of that axis; unchanged where
-    it is no such interpolation or fewer than ``MIN_SERIES`` series measured all three values."""
+    it is no such interpolation or fewer than ``min_series`` series measured all three values."""
     if len(found.axes) != 1 or found.bracket is None:
         return found
     axis = list(names).index(found.axes[0])
@@ -57,7 +57,7 @@ def carry_deviation(points: Sequence[Point], target: tuple[float, ...], found: E
             line = along[low].value + share * (along[high].value - along[low].value)
             deviations.append(along[at].value - line)
             lines += [*along[at].lines, *along[low].lines, *along[high].lines]
-    if len(deviations) < MIN_SERIES:
+    if len(deviations) < min_series:
         return found
     deviation = statistics.median(deviations)
     return Estimate(found.value + deviation, found.lines + tuple(lines), found.axes,
