@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from perf_plugin.backends.cpu import CpuBackend
 from perf_plugin.cli import main as perfdb
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.table import CsvTable
@@ -62,6 +63,7 @@ def test_peaks_round_trip_and_are_found_above_the_database(tmp_path: Path) -> No
     gpu.mkdir()
     write_peaks(gpu / PEAKS_FILE, DevicePeaks("TEST_DEVICE", "cuda", {"BF16": 500.0}, 2000.0, {"multiprocessors": 132}))
     assert read_peaks(gpu / PEAKS_FILE).compute_units == 132
+    assert read_peaks(gpu / PEAKS_FILE).cache_bytes is None  # written before the cache's size was
     (gpu / PEAKS_FILE).write_text("matmul_tflops: {BF16: 1}\ncopy_gbps: 1\nmultiprocessors: true\n")
     assert read_peaks(gpu / PEAKS_FILE).compute_units is None
     bad = tmp_path / PEAKS_FILE
@@ -77,6 +79,7 @@ def test_perfdb_peaks_measures_this_device(tmp_path: Path, capsys: pytest.Captur
     assert peaks.backend == "cpu" and set(peaks.matmul_tflops) == {"BF16", "FLOAT16", "FLOAT"}  # no FP8 on a CPU
     assert all(v > 0 for v in peaks.matmul_tflops.values()) and peaks.copy_gbps > 0
     assert peaks.compute_units is None  # a CPU's cores are no GPU's multiprocessors
+    assert peaks.cache_bytes == CpuBackend().cache_bytes()  # its last-level cache, where Linux tells
     assert "GEMM TFLOP/s" in capsys.readouterr().out
     assert perfdb(["peaks", "--database-path", str(tmp_path), "--sizes", "x"]) == 2
 

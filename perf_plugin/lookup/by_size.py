@@ -8,7 +8,8 @@ norm, a softmax) has two, its rows and its width, as its parallelism and its wor
 differ.  Rows of the same input ranks and dtypes whose other inputs relate to the first alike (a
 norm's weight as wide as the rows, an addend of the same shape) form one family; inside it the
 efficiency against the memory roofline (the device's copy rate; without peaks, bytes per
-microsecond) is interpolated in the log of the axes (``efficiency.py``).  Outside the family's hull there is no answer here.
+microsecond) is interpolated in the log of the axes (``efficiency.py``), among the rows the replay
+timed in the query's cache state (``cache_state.py``).  Outside the family's hull there is no answer here.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 from collections.abc import Sequence
 
 from perf_plugin.database.shapes import Shape
-from perf_plugin.lookup import efficiency
+from perf_plugin.lookup import cache_state, efficiency
 from perf_plugin.lookup.answer import NONE, Answer, Query
 from perf_plugin.lookup.peaks import DevicePeaks
 from perf_plugin.lookup.roofline import Work, scale, tensor_bytes
@@ -71,16 +72,23 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
     if target is None or work is None:
         return Answer(query, NONE, reason="no input shape with a dtype of known size to measure the bytes by")
     family = _family(query.input_shapes, query.input_dtypes)
-    points = []
+    members: dict[int, tuple[MeasuredRow, Work, tuple[float, ...]]] = {}
     for row in rows:
-        if row.duration_us is None:
-            continue
         row_work = streaming_work(row.input_shapes, row.input_dtypes)
         position = _position(query.kernel_type, row.input_shapes, row_work)
-        if position is None or row_work is None or _family(row.input_shapes, row.input_dtypes) != family:
-            continue
+        if (row.duration_us is not None and position is not None and row_work is not None
+                and _family(row.input_shapes, row.input_dtypes) == family):
+            members[row.line] = (row, row_work, position)
+    # the replay's rotate kept small inputs cached and read larger ones from memory: two curves
+    read = {line: float(tensor_bytes(row.input_shapes, row.input_dtypes) or 0) for line, (row, _, _) in members.items()}
+    kept = cache_state.same_state([row for row, _, _ in members.values()], read,
+                                  float(tensor_bytes(query.input_shapes, query.input_dtypes) or 0),
+                                  peaks.cache_bytes if peaks is not None else None)
+    points = []
+    for row in kept:
+        _, row_work, position = members[row.line]
         ideal = scale(row_work, peaks)
-        assert ideal is not None  # bytes only: every peaks file has a copy rate
+        assert ideal is not None and row.duration_us is not None  # bytes only: every peaks file has a copy rate
         points.append(efficiency.point(position, ideal, row.duration_us, row.line))
     ideal = scale(work, peaks)
     assert ideal is not None

@@ -10,6 +10,7 @@ then one per software stack, so a file in the device's directory serves every st
     matmul_tflops: {BF16: 702.4, FLOAT16: 710.0, FLOAT: 51.2, FLOAT8_E4M3FN: 1251.0}
     copy_gbps: 2963.0
     multiprocessors: 132   # where the backend tells (a GPU's SMs): a tiled kernel's waves
+    last_level_cache_bytes: 52428800   # where the backend tells: which inputs the replay kept cached
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from perf_plugin.database.errors import DatabaseError
 
 PEAKS_FILE = "device_peaks.yaml"
 MULTIPROCESSORS = "multiprocessors"  # a key of the file's details: how many units a kernel's tiles spread over
+# a key of the file's details: the replay's ``rotate`` keeps inputs cached by this size (lookup/cache_state.py)
+CACHE_BYTES = "last_level_cache_bytes"
 # database dir, device dir, ... : how far up a lookup looks (root / device / vllm / torch / cann)
 _LEVELS = 5
 
@@ -52,8 +55,17 @@ class DevicePeaks:
     def compute_units(self) -> int | None:
         """The device's multiprocessors, where ``perfdb peaks`` recorded them (files written
         before it did have none)."""
-        value = self.details.get(MULTIPROCESSORS)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        return _positive_int(self.details.get(MULTIPROCESSORS))
+
+    @property
+    def cache_bytes(self) -> int | None:
+        """The device's last-level cache, where ``perfdb peaks`` recorded it (files written
+        before it did have none)."""
+        return _positive_int(self.details.get(CACHE_BYTES))
+
+
+def _positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def write_peaks(path: Path, peaks: DevicePeaks) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from perf_plugin.lookup.peaks import MULTIPROCESSORS, DevicePeaks
+from perf_plugin.lookup.peaks import CACHE_BYTES, MULTIPROCESSORS, DevicePeaks
 from perf_plugin.replay.tensors import DTYPES
 
 if TYPE_CHECKING:
@@ -101,4 +101,7 @@ def measure_peaks(backend: "Backend", sizes: Sequence[int], copy_mib: int, repea
     units = backend.compute_units()
     if units:
         details[MULTIPROCESSORS] = units  # a tiled kernel's waves (grouped GEMMs, lookup/grouped.py)
+    cache = backend.cache_bytes()
+    if cache:
+        details[CACHE_BYTES] = cache  # which inputs the replay's rotate kept cached (lookup/cache_state.py)
     return DevicePeaks(backend.device_name(), backend.name, matmul, copy_gbps, details)

@@ -148,6 +148,13 @@ def rotation_copies(input_bytes: int, cache_bytes: int, max_copies: int = MAX_RO
     return max(1, min(max_copies, math.ceil(2 * cache_bytes / input_bytes)))
 
 
+def rotation_keeps_inputs_cached(input_bytes: int, cache_bytes: int, max_copies: int = MAX_ROTATION_COPIES) -> bool:
+    """Whether ``rotate`` finds inputs of this size in the cache at every call: they fit it, and
+    its capped cycle of copies fits in twice the cache, so one set is built (``rotation_plan``)."""
+    copies = rotation_copies(input_bytes, cache_bytes, max_copies)
+    return copies > 1 and copies * input_bytes < 2 * cache_bytes
+
+
 def rotation_plan(input_bytes: int, cache_bytes: int, calls: int, max_copies: int = MAX_ROTATION_COPIES) -> tuple[int, bool]:
     """(input sets to build, whether to flush the cache once after building them).
 
@@ -155,7 +162,7 @@ def rotation_plan(input_bytes: int, cache_bytes: int, calls: int, max_copies: in
     every call finds them cached, as in warm mode) or need not (one set is larger than that).
     """
     copies = rotation_copies(input_bytes, cache_bytes, max_copies)
-    if copies == 1 or copies * input_bytes < 2 * cache_bytes:
+    if copies == 1 or rotation_keeps_inputs_cached(input_bytes, cache_bytes, max_copies):
         return 1, False
     if calls < copies:
         return max(calls, 1), True
