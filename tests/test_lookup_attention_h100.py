@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from perf_plugin.database.table import CsvTable
-from perf_plugin.lookup import attention, lookup
+from perf_plugin.lookup import lookup, transfer
 from perf_plugin.lookup.answer import INTERPOLATED
 from perf_plugin.lookup.command import make_query
 from perf_plugin.lookup.peaks import PEAKS_FILE
@@ -50,8 +50,8 @@ def test_a_gap_across_the_kernels_step_takes_the_one_other_series_that_shows_it(
 
 def test_without_the_one_series_rule_the_gap_is_answered_on_the_straight_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The check above can fail: requiring three series, as GEMMs do, leaves the line."""
-    monkeypatch.setattr(attention, "PLAN_CHANGE_SERIES", 3)
+    """The check above can fail: requiring three series, as the lookup did, leaves the line."""
+    monkeypatch.setattr(transfer, "MIN_SERIES", 3)
     db, table = _without(tmp_path, {QUERY_LINE, 5, 6, *OTHER_SERIES_AT_256})
     row = table.row_dict(QUERY_LINE - 2)
     answer = lookup(db, make_query({"Kernel Type": "FusedInferAttentionScore", **row}))

@@ -97,7 +97,8 @@ def test_every_row_with_two_neighbours_is_asked_without_itself() -> None:
     assert first[:2] == pytest.approx([math.log(16.0), math.log(1.0)])  # the axes, log
     share, span, line, low, high = first[3:8]
     assert (share, span, line, low, high) == pytest.approx((0.5, math.log(4.0), 0.0, 0.0, 0.0))
-    assert first[8] == pytest.approx(0.0)  # fewer than three other series: no median deviation
+    # the median deviation of the other two series at M 16: 0.5 and 0.6 over the line
+    assert first[8] == pytest.approx(0.55)
     assert len(targets) == 3 and len(rows) == 3
 
 
@@ -136,4 +137,6 @@ def test_the_accuracy_benchmark_compares_the_learned_deviation_with_the_median(t
         errors[len(flag)] = sorted(a["lookup_ape"] for a in answers)
     learned_p90, median_p90 = (e[int(0.9 * len(e))] for e in (errors[0], errors[1]))
     assert len(errors[0]) == len(errors[1]) > 30
-    assert learned_p90 < median_p90 and learned_p90 < 5.0
+    # planted deviations differ between alike weights, so the median of one or two alike series,
+    # a feature since the lookup takes it from one (transfer.MIN_SERIES), is noisy here: 7.1 %
+    assert learned_p90 < median_p90 / 3

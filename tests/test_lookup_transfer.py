@@ -40,9 +40,17 @@ def test_the_choice_at_a_token_count_is_carried_from_alike_weights(tmp_path: Pat
     assert len(answer.rows) == 2 + 3 * 3  # the two neighbours, then each alike weight's three rows
 
 
-def test_too_few_alike_weights_leave_the_interpolation_alone(tmp_path: Path) -> None:
+def test_one_alike_weight_is_enough_to_carry_its_choice(tmp_path: Path) -> None:
     db = _database(tmp_path)
-    _gemm_csv(db, _rows(ALIKE[:2]))  # two alike weights (and the far one) measured M 160
+    _gemm_csv(db, _rows(ALIKE[:1]))  # one alike weight (and the far one) measured M 160
+    answer = lookup(db, _gemm(160, *QUERY_WEIGHT))
+    assert answer.provenance == INTERPOLATED and "of 1 other series" in answer.column
+    assert answer.duration_us == pytest.approx(3.0 * _roofline_us(160, *QUERY_WEIGHT), rel=1e-9)
+
+
+def test_without_an_alike_weight_the_interpolation_is_left_alone(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    _gemm_csv(db, _rows([]))  # only the far weight measured M 160
     answer = lookup(db, _gemm(160, *QUERY_WEIGHT))
     assert answer.provenance == INTERPOLATED and "deviation" not in answer.column
     # 2x the roofline at both neighbours: 2x at the query, in the log of the efficiency
@@ -61,7 +69,11 @@ def test_any_axis_of_a_family_carries_its_series_deviation() -> None:
     carried = transfer.carry_deviation(points, (192.0, 2.0), found, names, transfer.every_series)
     assert carried.value == pytest.approx(-0.5) and "of 3 other series" in carried.method
     alike_only = transfer.carry_deviation(points, (192.0, 2.0), found, names, transfer.within(2.0))
-    assert alike_only.value == found.value  # batches 1 and 4 only: too few
+    assert alike_only.value == pytest.approx(-0.5) and "of 2 other series" in alike_only.method  # batches 1 and 4
+    far_only = transfer.carry_deviation(points, (192.0, 2.0), found, names, lambda mine, other: other[0] > 4)
+    assert far_only.value == pytest.approx(-0.5) and "of 1 other series" in far_only.method  # batch 8
+    none_alike = transfer.carry_deviation(points, (192.0, 2.0), found, names, lambda mine, other: False)
+    assert none_alike.value == found.value
 
 
 def test_an_estimate_at_a_measured_position_or_over_two_axes_is_unchanged() -> None:
@@ -94,9 +106,17 @@ def test_a_token_count_below_its_weights_rows_steps_from_them_as_weights_of_its_
     assert len(answer.rows) == 1 + 3 * 2
 
 
-def test_without_three_weights_of_its_k_the_edge_is_answered_across_weights(tmp_path: Path) -> None:
+def test_one_weight_of_its_k_is_enough_to_step_from(tmp_path: Path) -> None:
     db = _database(tmp_path)
-    _gemm_csv(db, _edge_rows([(8192, 4096), (2048, 4096)]))
+    _gemm_csv(db, _edge_rows([(8192, 4096)]))
+    answer = lookup(db, _gemm(1, *QUERY_WEIGHT))
+    assert answer.provenance == INTERPOLATED and "of 1 other series" in answer.column
+    assert answer.duration_us == pytest.approx(2.6 * _roofline_us(1, *QUERY_WEIGHT), rel=1e-9)
+
+
+def test_without_a_weight_of_its_k_the_edge_is_answered_across_weights(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    _gemm_csv(db, _edge_rows([]))
     answer = lookup(db, _gemm(1, *QUERY_WEIGHT))
     assert answer.provenance == INTERPOLATED and "nearest row of its series" not in answer.column
     assert "barycentric" in answer.column or "linear in N" in answer.column or "linear in K" in answer.column

@@ -39,13 +39,6 @@ KERNEL_TYPES = frozenset({"FusedInferAttentionScore"})
 # length distribution (``perf_plugin.grid.length_distribution``), and the longest request bounds
 # how long the kernel's last block of work runs
 AXES = ("batch", "query length", "KV length", "KV spread")
-# an attention kernel's plan changes at a length (a KV length leaving one block, a prefill's
-# tiles), whatever the batch or the spread, so one other series measured at the query's length and
-# its two neighbours shows the change; waiting for three (GEMMs' rule, where cuBLAS's choice
-# differs between weights) left a held-out gap across such a change answered on the straight line:
-# on an H100's FIA grid, held-out P90 over ten splits 2.5-8.2 % with three, 2.3-5.5 % with one
-# (docs/lookup.md)
-PLAN_CHANGE_SERIES = 1
 
 
 def _plan(kernel_type: str, cells: Mapping[str, str]) -> FiaPlan | None:
@@ -143,4 +136,4 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
     return efficiency.answer(query, points, target, axes, ideal, "attention", used,
                              "fewer than two measured rows of these layouts, heads, dims and mask",
                              narrowest=True,  # no axis shares more with the query than another
-                             carry=transfer.every_series, carry_min_series=PLAN_CHANGE_SERIES)
+                             carry=transfer.every_series)

@@ -47,12 +47,11 @@ def answer(query: Query, points: Sequence[hull.Point], target: tuple[float, ...]
            ideal: float, label: str, used: DevicePeaks | None, too_few: str,
            details: dict[str, float] | None = None, narrowest: bool = False,
            carry: transfer.Similar | None = None, step: transfer.Similar | None = None,
-           learn: Sequence[transfer.Similar] = (), carry_min_series: int = transfer.MIN_SERIES) -> Answer:
+           learn: Sequence[transfer.Similar] = ()) -> Answer:
     """The query's time from the ``points`` of its family: its ``ideal`` time over their
     interpolated efficiency (log axes), or no answer saying why (``too_few`` rows, outside the hull).
     With ``carry`` (which series are alike) an interpolation along one axis takes the
-    deviation the family's other series show at the query's value (``transfer.py``), where at least
-    ``carry_min_series`` of them show it; with ``step``
+    deviation the family's other series show at the query's value (``transfer.py``); with ``step``
     (which series step alike) a query at the edge of its own series along the first axis is its
     nearest row there, stepped as those series step (``transfer.carry_step``); with ``learn`` (the
     notions of alike its features read) the interpolation along one axis takes the deviation a
@@ -70,7 +69,7 @@ def answer(query: Query, points: Sequence[hull.Point], target: tuple[float, ...]
     if corrected is not None:
         found = corrected
     elif carry is not None:
-        found = transfer.carry_deviation(merged, target, found, axes, carry, carry_min_series)
+        found = transfer.carry_deviation(merged, target, found, axes, carry)
     efficiency = math.exp(found.value)
     return Answer(query, INTERPOLATED, ideal / efficiency, found.lines,
                   f"{label} efficiency against {against(used)}, {found.method} (log axes, log efficiency)",

@@ -27,17 +27,23 @@ from collections.abc import Callable, Sequence
 
 from perf_plugin.lookup.hull import Estimate, Point
 
-MIN_SERIES = 3  # fewer deviations than this are one series' accident, not the library's choice
+# One series measured at the query's value and its neighbours is enough: a kernel's choice there
+# (cuBLAS's tile or split-K at a token count, an attention plan leaving one block) shows in every
+# alike series, and no deviation at all is the straight line across it.  Waiting for three was
+# worse on an H100's dense grids, a fifth held out: FIA P90 over ten splits 2.5-8.2 % against
+# 2.3-5.5 % with one; bf16 GEMMs 5.68-6.96 % against 5.37-6.75 % (better on 5 splits of 6), fp8
+# 5.65-7.67 % against 4.64-6.40 % (better on all 6); medians lower on every split (docs/lookup.md).
+MIN_SERIES = 1
 
 # whether the series at these other-axis values is like the query's (the query's first)
 Similar = Callable[[tuple[float, ...], tuple[float, ...]], bool]
 
 
 def carry_deviation(points: Sequence[Point], target: tuple[float, ...], found: Estimate, names: Sequence[str],
-                    similar: Similar, min_series: int = MIN_SERIES) -> Estimate:
+                    similar: Similar) -> Estimate:
     """``found`` (an interpolation along one axis between two measured values) plus the median
     deviation the other ``similar`` series show at the query's value of that axis; unchanged where
-    it is no such interpolation or fewer than ``min_series`` series measured all three values."""
+    it is no such interpolation or fewer than ``MIN_SERIES`` series measured all three values."""
     if len(found.axes) != 1 or found.bracket is None:
         return found
     axis = list(names).index(found.axes[0])
@@ -57,7 +63,7 @@ def carry_deviation(points: Sequence[Point], target: tuple[float, ...], found: E
             line = along[low].value + share * (along[high].value - along[low].value)
             deviations.append(along[at].value - line)
             lines += [*along[at].lines, *along[low].lines, *along[high].lines]
-    if len(deviations) < min_series:
+    if len(deviations) < MIN_SERIES:
         return found
     deviation = statistics.median(deviations)
     return Estimate(found.value + deviation, found.lines + tuple(lines), found.axes,
