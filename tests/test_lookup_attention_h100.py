@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from perf_plugin.database.table import CsvTable
 from perf_plugin.lookup import lookup, transfer
 from perf_plugin.lookup.answer import INTERPOLATED
 from perf_plugin.lookup.command import make_query
 from perf_plugin.lookup.peaks import PEAKS_FILE
+from tests.held_out import write_without
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cuda" / "h100_fia_prefill"
 CSV = "FusedInferAttentionScore.csv"
@@ -24,23 +24,18 @@ QUERY_LINE = 4  # 256 tokens, 8.558 us
 OTHER_SERIES_AT_256 = (30, 43)
 
 
-def _without(tmp_path: Path, lines: set[int]) -> tuple[Path, CsvTable]:
-    table = CsvTable.read(FIXTURE / CSV)
-    kept = CsvTable.new(table.header)
-    for index in range(len(table)):
-        if index + 2 not in lines:
-            kept.append_row(table.row_dict(index))
-    kept.write(tmp_path / CSV)
+def _without(tmp_path: Path, lines: set[int]) -> tuple[Path, dict[str, str]]:
+    """The fixture without ``lines``; the query's row among them."""
+    held = write_without(FIXTURE / CSV, tmp_path, lambda line, _: line in lines)
     shutil.copy(FIXTURE / PEAKS_FILE, tmp_path / PEAKS_FILE)
-    return tmp_path, table
+    return tmp_path, held[sorted(lines).index(QUERY_LINE)]
 
 
 def test_a_gap_across_the_kernels_step_takes_the_one_other_series_that_shows_it(tmp_path: Path) -> None:
     """256 tokens held out with 384 and 512 (a random split's hole): the neighbours are 192 and 768,
     across the step.  Batch 2 alone measured all three lengths; its deviation at 256 is the plan's,
     and carried it answers within 6 %; the straight line between the neighbours is 17 % long."""
-    db, table = _without(tmp_path, {QUERY_LINE, 5, 6, *OTHER_SERIES_AT_256})
-    row = table.row_dict(QUERY_LINE - 2)
+    db, row = _without(tmp_path, {QUERY_LINE, 5, 6, *OTHER_SERIES_AT_256})
     measured = float(row["Average Duration(us)"])
     answer = lookup(db, make_query({"Kernel Type": "FusedInferAttentionScore", **row}))
     assert answer.provenance == INTERPOLATED
@@ -52,8 +47,7 @@ def test_without_the_one_series_rule_the_gap_is_answered_on_the_straight_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The check above can fail: requiring three series, as the lookup did, leaves the line."""
     monkeypatch.setattr(transfer, "MIN_SERIES", 3)
-    db, table = _without(tmp_path, {QUERY_LINE, 5, 6, *OTHER_SERIES_AT_256})
-    row = table.row_dict(QUERY_LINE - 2)
+    db, row = _without(tmp_path, {QUERY_LINE, 5, 6, *OTHER_SERIES_AT_256})
     answer = lookup(db, make_query({"Kernel Type": "FusedInferAttentionScore", **row}))
     assert answer.provenance == INTERPOLATED and "deviation" not in answer.column
     assert answer.duration_us is not None

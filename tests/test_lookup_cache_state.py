@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from perf_plugin.database.table import CsvTable
 from perf_plugin.lookup import cache_state, lookup
 from perf_plugin.lookup.answer import FALLBACK, INTERPOLATED
 from perf_plugin.lookup.command import make_query
 from perf_plugin.lookup.peaks import PEAKS_FILE, read_peaks
 from perf_plugin.lookup.roofline import tensor_bytes
-from perf_plugin.lookup.rows import read_rows
+from perf_plugin.lookup.rows import MeasuredRow, read_rows
 from perf_plugin.replay.cache_modes import rotation_keeps_inputs_cached, rotation_plan
+from tests.held_out import write_without
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cuda" / "h100_norms"
 CSV = "RmsNorm.csv"
@@ -59,16 +59,7 @@ def test_the_rule_names_the_step_each_widths_rows_show() -> None:
 
 
 def _without(tmp_path: Path, shape: str, cache_known: bool) -> tuple[Path, dict[str, str]]:
-    table = CsvTable.read(FIXTURE / CSV)
-    kept = CsvTable.new(table.header)
-    held = {}
-    for index in range(len(table)):
-        cells = table.row_dict(index)
-        if cells["Input Shapes"] == shape:
-            held = cells
-        else:
-            kept.append_row(cells)
-    kept.write(tmp_path / CSV)
+    (held,) = write_without(FIXTURE / CSV, tmp_path, lambda _, cells: cells["Input Shapes"] == shape)
     peaks = (FIXTURE / PEAKS_FILE).read_text()
     if not cache_known:  # as a peaks file written before perfdb peaks recorded the cache
         peaks = "\n".join(line for line in peaks.splitlines() if not line.startswith("last_level_cache_bytes"))
@@ -107,7 +98,9 @@ def test_rows_replayed_in_another_mode_stay_one_curve() -> None:
                           row.duration_us, row.column, {**row.cells, "Profiling Average Duration(us)": "5.0"})
                 for row in rows[:10]]
     assert not any(cache_state.rotated(row) for row in profiled)
-    sizes = {row.line: float(tensor_bytes(row.input_shapes, row.input_dtypes) or 0) for row in profiled}
-    assert cache_state.same_state(profiled, sizes, 10**6, H100_L2) == profiled
-    assert cache_state.same_state(rows[:10], sizes, 10**6, None) == rows[:10]  # cache size unknown
-    assert len(cache_state.same_state(rows[:10], sizes, 10**6, H100_L2)) < 10
+    def size(row: MeasuredRow) -> float:
+        return float(tensor_bytes(row.input_shapes, row.input_dtypes) or 0)
+
+    assert cache_state.same_state(profiled, 10**6, H100_L2, size) == profiled
+    assert cache_state.same_state(rows[:10], 10**6, None, size) == rows[:10]  # cache size unknown
+    assert len(cache_state.same_state(rows[:10], 10**6, H100_L2, size)) < 10

@@ -11,28 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from perf_plugin.database.table import CsvTable
 from perf_plugin.lookup import lookup
 from perf_plugin.lookup.answer import INTERPOLATED
 from perf_plugin.lookup.command import make_query
 from perf_plugin.lookup.peaks import PEAKS_FILE
 from perf_plugin.lookup.rows import read_rows
+from tests.held_out import write_without
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cuda"
 CSV = "SwiGlu.csv"
 
 
 def _without(tmp_path: Path, shape: str) -> tuple[Path, dict[str, str]]:
-    table = CsvTable.read(FIXTURES / "h100_swiglu" / CSV)
-    kept = CsvTable.new(table.header)
-    held: dict[str, str] = {}
-    for index in range(len(table)):
-        cells = table.row_dict(index)
-        if cells["Input Shapes"] == shape:
-            held = cells
-        else:
-            kept.append_row(cells)
-    kept.write(tmp_path / CSV)
+    (held,) = write_without(FIXTURES / "h100_swiglu" / CSV, tmp_path, lambda _, cells: cells["Input Shapes"] == shape)
     shutil.copy(FIXTURES / "h100_norms" / PEAKS_FILE, tmp_path / PEAKS_FILE)
     return tmp_path, held
 

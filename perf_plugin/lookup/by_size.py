@@ -42,6 +42,10 @@ def streaming_work(shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> Wor
     return Work(0.0, read + largest)
 
 
+def _input_bytes(shapes: Sequence[Shape | None], dtypes: Sequence[str]) -> float:
+    return float(tensor_bytes(shapes, dtypes) or 0)
+
+
 def _position(kernel_type: str, shapes: Sequence[Shape | None], work: Work | None) -> tuple[float, ...] | None:
     first = next((s for s in shapes if s is not None), None)
     if first is None or not first or min(first) <= 0 or work is None:
@@ -83,10 +87,10 @@ def interpolate(query: Query, rows: Sequence[MeasuredRow], peaks: DevicePeaks | 
                 and _family(row.input_shapes, row.input_dtypes) == family):
             members[row.line] = (row, row_work, position)
     # the replay's rotate kept small inputs cached and read larger ones from memory: two curves
-    read = {line: float(tensor_bytes(row.input_shapes, row.input_dtypes) or 0) for line, (row, _, _) in members.items()}
-    kept = cache_state.same_state([row for row, _, _ in members.values()], read,
-                                  float(tensor_bytes(query.input_shapes, query.input_dtypes) or 0),
-                                  peaks.cache_bytes if peaks is not None else None)
+    kept = cache_state.same_state([row for row, _, _ in members.values()],
+                                  _input_bytes(query.input_shapes, query.input_dtypes),
+                                  peaks.cache_bytes if peaks is not None else None,
+                                  lambda row: _input_bytes(row.input_shapes, row.input_dtypes))
     points = []
     for row in kept:
         _, row_work, position = members[row.line]

@@ -13,6 +13,8 @@ replay was another mode (a profiled row, another backend), every row is one curv
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from perf_plugin.backends.select import BACKEND_CLASSES
 from perf_plugin.database.schema import MICROBENCH_BACKEND, PROFILING_AVERAGE
 from perf_plugin.lookup.rows import MeasuredRow
@@ -26,11 +28,11 @@ def rotated(row: MeasuredRow) -> bool:
     return backend is not None and backend.auto_cache_mode == "rotate" and not row.cells.get(PROFILING_AVERAGE, "")
 
 
-def same_state(rows: list[MeasuredRow], input_bytes: dict[int, float], query_bytes: float,
-               cache_bytes: int | None) -> list[MeasuredRow]:
-    """``rows`` (each with its inputs' bytes by line) in the query's cache state, where every one
-    was timed in ``rotate`` and the device's cache size is known; else ``rows`` unchanged."""
+def same_state(rows: list[MeasuredRow], query_bytes: float, cache_bytes: int | None,
+               input_bytes: Callable[[MeasuredRow], float]) -> list[MeasuredRow]:
+    """``rows`` in the query's cache state (``input_bytes`` gives a row's inputs' bytes), where
+    every one was timed in ``rotate`` and the device's cache size is known; else ``rows`` unchanged."""
     if not cache_bytes or not rows or not all(rotated(row) for row in rows):
         return rows
     wanted = rotation_keeps_inputs_cached(int(query_bytes), cache_bytes)
-    return [row for row in rows if rotation_keeps_inputs_cached(int(input_bytes[row.line]), cache_bytes) == wanted]
+    return [row for row in rows if rotation_keeps_inputs_cached(int(input_bytes(row)), cache_bytes) == wanted]
