@@ -60,6 +60,9 @@ def test_the_waves_of_a_balanced_split() -> None:
     # without the device's multiprocessors, each tile streams its expert's weight
     streamed = grouped._work(sizes, 4096, 3072, ("BF16", "BF16"), tiling)
     assert streamed.nbytes == 2 * (8192 * 4096 + 64 * 4096 * 3072 + 8192 * 3072)
+    # 100 rows per expert: each tile of 128 rows writes its output whole
+    partial = grouped._work([100] * 8, 4096, 3072, ("BF16", "BF16"), tiling)
+    assert partial.nbytes == 2 * (800 * 4096 + 8 * 4096 * 3072 + 8 * 128 * 3072)
 
 
 def test_held_out_rows_are_answered_from_rows_of_their_own_kernel(tmp_path: Path) -> None:

@@ -120,15 +120,16 @@ def imbalance(values: str, experts: int, rows: int) -> float | None:
 def _work(sizes: Sequence[int], k: int, n: int, dtypes: Sequence[str], tiling: Tiling = UNKNOWN_TILING,
           units: int | None = None) -> Work:
     """Each group's rows in whole tiles.  Without the kernel's tiling or the device's ``units``
-    (multiprocessors), each tile streams its expert's weight.  With both: the operations of every
-    wave of clusters over the device (a last wave partly idle costs a whole one), and each used
-    expert's weight read once, since the tiles of one expert running together share it, and the
-    output of every wave's tiles, whole."""
+    (multiprocessors), each tile streams its expert's weight and writes its output whole.  With
+    both: the operations of every wave of clusters over the device (a last wave partly idle costs
+    a whole one), each used expert's weight read once, since the tiles of one expert running
+    together share it, and the output of every wave's tiles, whole."""
     x, w = (element_size(d) or 2 for d in dtypes[:2])
     m = sum(sizes)
     if tiling.n is None or not units:
         tiles = sum(math.ceil(g / tiling.m) for g in sizes)
-        return Work(2.0 * tiles * tiling.m * n * k, m * k * x + tiles * k * n * w + m * n * x, dtypes[0])
+        output = tiles * tiling.m * n * x
+        return Work(2.0 * tiles * tiling.m * n * k, m * k * x + tiles * k * n * w + output, dtypes[0])
     clusters = sum(math.ceil(math.ceil(g / tiling.m) / tiling.cluster) for g in sizes) * math.ceil(n / tiling.n)
     waves = math.ceil(clusters / max(1, units // tiling.cluster))
     used = sum(1 for g in sizes if g)
