@@ -349,6 +349,19 @@ TINY_DIMENSIONS = {
 }
 
 
+# What some configurations' defaults leave open (None) although their models need it, as the
+# published models have it: DeepSeek-V2 routes each token to 6 of its experts; dots.llm1 to 6 of
+# 128, beside 2 shared experts; LFM2-MoE's layers are short convolutions with an attention layer
+# among every few (LFM2-8B-A1B: 6 of 24), here one in four of the configuration's 32.
+PUBLISHED_WHERE_OPEN: dict[str, dict[str, Any]] = {
+    "deepseek_v2": {"num_experts_per_tok": 6},
+    "dots1": {"n_routed_experts": 128, "num_experts_per_tok": 6, "n_shared_experts": 2},
+    "lfm2_moe": {"layer_types": ["full_attention" if i % 4 == 2 else "conv" for i in range(32)]},
+}
+# The fields that keep a model's first layers dense (a dense MLP before its routed experts)
+DENSE_FIRST_LAYERS = ("first_k_dense_replace", "num_dense_layers")
+
+
 def architecture_config(model_type: str, tiny: bool) -> Any:
     """``hf:TYPE``: any ``transformers`` architecture at its configuration class's default
     dimensions (for most, those of the model the architecture was published with), so a model
@@ -356,6 +369,9 @@ def architecture_config(model_type: str, tiny: bool) -> Any:
     from transformers import AutoConfig
 
     config = AutoConfig.for_model(model_type)
+    for name, value in PUBLISHED_WHERE_OPEN.get(model_type, {}).items():
+        if getattr(config, name, None) is None:
+            setattr(config, name, value)
     if tiny:
         for name, value in TINY_DIMENSIONS.items():
             if getattr(config, name, None):
@@ -446,6 +462,9 @@ def build_model(name: str, layers: int, device: str, tiny: bool, tokens: int) ->
     config = model_config(name, tiny)
     config.num_hidden_layers = layers
     fit_hybrid_layers(config, layers)
+    for dense in DENSE_FIRST_LAYERS:  # a layer of routed experts among the few measured
+        if expert_count(config) and (getattr(config, dense, None) or 0) >= layers:
+            setattr(config, dense, layers - 1)
     fill_open_defaults(config)
     config._attn_implementation = "sdpa"
     if expert_count(config):

@@ -130,6 +130,20 @@ def test_dimensions_a_configuration_leaves_open_are_set_as_its_model_usually_has
     assert not hasattr(without, "head_dim")  # a configuration without the field is left so
 
 
+def test_what_a_configuration_leaves_open_its_model_needs_is_set_as_published(model_coverage: ModuleType) -> None:
+    """DeepSeek-V2's and dots.llm1's defaults route to no top-k (the model cannot build), LFM2-MoE's
+    give no layer kinds; a model of two layers keeps one of routed experts."""
+    pytest.importorskip("transformers")  # the benchmark's own dependency, not the project's
+    assert model_coverage.architecture_config("deepseek_v2", tiny=False).num_experts_per_tok == 6
+    dots = model_coverage.architecture_config("dots1", tiny=False)
+    assert (dots.n_routed_experts, dots.num_experts_per_tok, dots.n_shared_experts) == (128, 6, 2)
+    lfm = model_coverage.architecture_config("lfm2_moe", tiny=True)
+    assert set(lfm.layer_types) == {"conv", "full_attention"}
+    model = model_coverage.build_model("hf:lfm2_moe", layers=2, device="cpu", tiny=True, tokens=16)
+    assert model.config.num_dense_layers == 1 and sorted(model.config.layer_types) == ["conv", "full_attention"]
+    assert any("Experts" in type(module).__name__ for module in model.modules())
+
+
 def test_a_hybrid_models_few_layers_keep_each_kind_it_has(model_coverage: ModuleType) -> None:
     qwen3_next = ["linear_attention"] * 3 + ["full_attention"]
     assert model_coverage.kept_layer_types(qwen3_next * 12, 2) == ["linear_attention", "full_attention"]
