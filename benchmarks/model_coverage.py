@@ -372,6 +372,9 @@ def architecture_config(model_type: str, tiny: bool) -> Any:
     for name, value in PUBLISHED_WHERE_OPEN.get(model_type, {}).items():
         if getattr(config, name, None) is None:
             setattr(config, name, value)
+    width = getattr(config, "moe_intermediate_size", None)
+    if isinstance(width, int) and width % 8:  # DeepSeek-V2's 1407: grouped_mm needs 16-byte strides
+        config.moe_intermediate_size = width + 8 - width % 8  # 1408, DeepSeek-V2-Lite's
     if tiny:
         for name, value in TINY_DIMENSIONS.items():
             if getattr(config, name, None):
@@ -536,8 +539,12 @@ def run_steps(model: Any, device: str, tokens: int, decode_steps: int) -> None:
                 raise
             out = model(input_ids=ids, use_cache=True)
         token = out.logits[:, -1:].argmax(-1)
-        for _ in range(decode_steps):
-            out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
+        for step in range(decode_steps):
+            if hasattr(out, "past_key_values"):
+                out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
+            else:  # a state-space model's output in transformers before 5.2x: its states, and where it is
+                position = torch.tensor([ids.shape[-1] + step], device=token.device)
+                out = model(input_ids=token, cache_params=out.cache_params, cache_position=position, use_cache=True)
             token = out.logits[:, -1:].argmax(-1)
 
 

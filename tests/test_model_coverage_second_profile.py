@@ -132,9 +132,12 @@ def test_dimensions_a_configuration_leaves_open_are_set_as_its_model_usually_has
 
 def test_what_a_configuration_leaves_open_its_model_needs_is_set_as_published(model_coverage: ModuleType) -> None:
     """DeepSeek-V2's and dots.llm1's defaults route to no top-k (the model cannot build), LFM2-MoE's
-    give no layer kinds; a model of two layers keeps one of routed experts."""
+    give no layer kinds, DeepSeek-V2's expert width is odd; a model of two layers keeps one of
+    routed experts."""
     pytest.importorskip("transformers")  # the benchmark's own dependency, not the project's
-    assert model_coverage.architecture_config("deepseek_v2", tiny=False).num_experts_per_tok == 6
+    deepseek = model_coverage.architecture_config("deepseek_v2", tiny=False)
+    assert deepseek.num_experts_per_tok == 6
+    assert deepseek.moe_intermediate_size == 1408  # its default 1407 rows are no 16-byte stride for grouped_mm
     dots = model_coverage.architecture_config("dots1", tiny=False)
     assert (dots.n_routed_experts, dots.num_experts_per_tok, dots.n_shared_experts) == (128, 6, 2)
     lfm = model_coverage.architecture_config("lfm2_moe", tiny=True)
