@@ -35,7 +35,10 @@ dimensions: 8 experts, top-2, about one M-tile per expert on a 512-token prefill
 one shared expert; reduced width), ``olmoe`` (OLMoE-1B-7B dimensions: 64 small experts, top-8),
 ``qwen2`` (Qwen2-7B dimensions: biased QKV) and ``phi3`` (Phi-3-mini dimensions: fused QKV and
 gate/up projections).  ``hf:TYPE`` builds any other ``transformers`` architecture at its
-configuration's default dimensions (``hf:gpt_oss``, ``hf:qwen2_moe``, ``hf:gemma3_text``, ...).
+configuration's default dimensions (``hf:gpt_oss``, ``hf:qwen2_moe``, ``hf:gemma3_text``, ...);
+what a configuration leaves open that its model needs is set as the published model has it
+(``PUBLISHED_WHERE_OPEN``), an expert width that is no 16-byte stride is rounded up to one, and a
+model whose first layers are dense keeps its last measured layer one of routed experts.
 MoE models run ``transformers``' ``grouped_mm`` experts.
 
 Every profile runs inside ``perf_plugin.capture.capture_input_values`` (``--no-capture``: not),
