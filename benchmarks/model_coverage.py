@@ -545,7 +545,7 @@ def run_steps(model: Any, device: str, tokens: int, decode_steps: int) -> None:
         for step in range(decode_steps):
             if hasattr(out, "past_key_values"):
                 out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
-            else:  # a state-space model's output in transformers before 5.2x: its states, and where it is
+            else:  # a state-space output of transformers 5.17 (5.25: past_key_values): states, and a position
                 position = torch.tensor([ids.shape[-1] + step], device=token.device)
                 out = model(input_ids=token, cache_params=out.cache_params, cache_position=position, use_cache=True)
             token = out.logits[:, -1:].argmax(-1)
