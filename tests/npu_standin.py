@@ -1,7 +1,8 @@
 """torch_npu's MoE and varlen attention operators on the CPU: their real schemas in the ``npu`` namespace, CPU kernels.
 
 torch_npu registers ``npu_grouped_matmul`` (and its ``.List`` overload),
-``npu_grouped_matmul_swiglu_quant`` and ``npu_fusion_attention`` as ``torch.ops.npu.*`` with the schemas of
+``npu_grouped_matmul_swiglu_quant``, ``npu_fusion_attention``, ``npu_moe_token_permute`` and
+``npu_moe_token_unpermute`` as ``torch.ops.npu.*`` with the schemas of
 ``tests/fixtures/torch_npu/schemas.txt`` (the torch_npu 2.14.0 wheel's), and binds each operator
 into its own namespace (``torch_npu.npu_grouped_matmul is torch.ops.npu.npu_grouped_matmul``,
 torch_npu's ``__init__``).  Without an NPU, ``standin()`` defines the same schemas, taken from the
@@ -20,9 +21,11 @@ from typing import Any
 import torch
 
 from perf_plugin.replay.kernels._grouped_gemm import group_ends, grouped_reference, swiglu_requant
+from perf_plugin.replay.kernels.moe_routing import MoeTokenPermuteReplay
 from tests.npu_schemas import SCHEMAS
 
-OPERATORS = ("npu_grouped_matmul", "npu_grouped_matmul.List", "npu_grouped_matmul_swiglu_quant", "npu_fusion_attention")
+OPERATORS = ("npu_grouped_matmul", "npu_grouped_matmul.List", "npu_grouped_matmul_swiglu_quant", "npu_fusion_attention",
+             "npu_moe_token_permute", "npu_moe_token_unpermute")
 TORCH_NPU = types.ModuleType("torch_npu_standin")  # what ``import torch_npu`` gives, for these operators
 
 
@@ -93,6 +96,23 @@ def _fusion_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     return out, torch.cat(peaks).contiguous(), torch.cat(totals).contiguous(), torch.empty(0, dtype=query.dtype), 0, 0, 0
 
 
+def _token_permute(tokens: torch.Tensor, indices: torch.Tensor, num_out_tokens: int | None = None,
+                   padded_mode: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The documented formula (``MoeTokenPermuteReplay.reference``): pairs sorted by expert."""
+    k = indices.shape[1] if indices.dim() == 2 else 1
+    rows = num_out_tokens or tokens.shape[0] * k
+    return MoeTokenPermuteReplay().reference(tokens, indices, k, rows)
+
+
+def _token_unpermute(permuted_tokens: torch.Tensor, sorted_indices: torch.Tensor, probs: torch.Tensor | None = None,
+                     padded_mode: bool = False, restore_shape: Any = None) -> torch.Tensor:
+    """The documented formula: ``out[t] = sum_j permuted[sorted_indices[t*k+j]] * probs[t,j]``."""
+    k = probs.shape[1] if probs is not None else 1
+    gathered = permuted_tokens.double()[sorted_indices.long()].reshape(-1, k, permuted_tokens.shape[1])
+    weights = probs.double().unsqueeze(-1) if probs is not None else torch.ones(1, dtype=torch.float64)
+    return (gathered * weights).sum(1).to(permuted_tokens.dtype)
+
+
 @functools.cache
 def standin() -> torch.library.Library | None:
     """The library holding the operators (None: a real torch_npu defined them already)."""
@@ -102,8 +122,10 @@ def standin() -> torch.library.Library | None:
     library = torch.library.Library("npu", "DEF")  # type: ignore[no-untyped-call]
     for operator in OPERATORS:
         library.define(schema_text(operator))  # type: ignore[no-untyped-call]
-    for operator, kernel in zip(OPERATORS, (_grouped_matmul, _grouped_matmul, _swiglu_quant, _fusion_attention)):
+    kernels = (_grouped_matmul, _grouped_matmul, _swiglu_quant, _fusion_attention, _token_permute, _token_unpermute)
+    for operator, kernel in zip(OPERATORS, kernels, strict=True):
         library.impl(operator, kernel, "CPU")  # type: ignore[no-untyped-call]
-    for name in ("npu_grouped_matmul", "npu_grouped_matmul_swiglu_quant", "npu_fusion_attention"):
+    for name in ("npu_grouped_matmul", "npu_grouped_matmul_swiglu_quant", "npu_fusion_attention",
+                 "npu_moe_token_permute", "npu_moe_token_unpermute"):
         setattr(TORCH_NPU, name, getattr(torch.ops.npu, name))  # as torch_npu's __init__ binds them
     return library

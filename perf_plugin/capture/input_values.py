@@ -19,7 +19,8 @@ into pinned memory, so the step gains no synchronisation and its stream no extra
 CPU they are read directly.  When the block ends the capture waits for its copies and writes the values file, which ``perfdb ingest``
 reads beside the trace (or beside an Ascend profile directory).
 
-The torch_npu MoE operators are watched as operators: ``torch_npu.npu_grouped_matmul`` is
+The torch_npu MoE operators (the grouped GEMMs' group lists, the token permutation's routing) are
+watched as operators: ``torch_npu.npu_grouped_matmul`` is
 ``torch.ops.npu.npu_grouped_matmul`` itself (torch_npu's ``__init__`` binds every
 ``torch.ops.npu`` operator into its namespace), and a call of an operator packet or overload
 reaches the active ``TorchFunctionMode`` as that packet or overload (torch's operator call path
@@ -99,6 +100,12 @@ WATCHED: tuple[Watched, ...] = (
     Watched("torch.ops.npu.npu_grouped_matmul", {8: ("group_list", None)}, ("group_list_type", None, 0)),
     # npu_grouped_matmul_swiglu_quant(Tensor x, Tensor weight, Tensor group_list, ...): cumulative ends
     Watched("torch.ops.npu.npu_grouped_matmul_swiglu_quant", {2: ("group_list", 2)}),
+    # npu_moe_token_permute(Tensor tokens, Tensor indices, int? num_out_tokens, bool padded_mode):
+    # the routing, each token's top-k expert ids, which sets how many rows each expert's run of the
+    # output gets and which tokens the kernel gathers; npu_moe_token_unpermute(Tensor permuted_tokens,
+    # Tensor sorted_indices, ...): the row each (token, slot) pair was permuted to
+    Watched("torch.ops.npu.npu_moe_token_permute", {1: ("indices", 1)}),
+    Watched("torch.ops.npu.npu_moe_token_unpermute", {1: ("sorted_indices", 1)}),
     # aten::topk(self, k, dim, largest, sorted): its radix selection ends sooner on spread values
     # than on close ones and ties (on an H200, [512,8] top-2: 5.98 us on uniform values, 7.23 on a
     # softmax of near-equal logits, 8.48 on equal values), and a launch takes as long as its

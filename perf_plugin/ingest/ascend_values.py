@@ -16,10 +16,11 @@ group list) is linked to its range the way the FIA bundle check links kernels to
 (``perf_plugin.ingest.ascend_trace_view``): the kernel_details row's start time is the device
 task's ``ts``, its ``torch_to_npu`` flow leads back to the launching operator on the Python
 thread, and the innermost capture range holding that launch is the call.  The values go to the
-row's data slot that holds a 1-D tensor of as many elements (the ``[E]`` group list: slot 7 of
+row's data slot that holds a tensor of as many elements (the ``[E]`` group list: slot 7 of
 ``GroupedMatmul``, 4 or 5 of ``GroupedMatmulSwigluQuant``; a TND ``FlashAttentionScore``'s
-``actual_seq_qlen`` and ``actual_seq_kvlen``, slots 8 and 9, in the call's argument order), as the
-row's ``Input Values`` cell.
+``actual_seq_qlen`` and ``actual_seq_kvlen``, slots 8 and 9, in the call's argument order;
+``MoeTokenPermute``'s ``[T, k]`` expert ids and ``MoeTokenUnpermute``'s ``[T*k]`` sorted indices,
+slot 1), as the row's ``Input Values`` cell.
 A kernel type whose replay draws a floating input from quantiles (``OpReplay.quantile_inputs``:
 ``TopKV2``'s ``x``) takes the quantiles the capture recorded of the call's argument of the same
 position (``torch.topk``'s input), aggregated per row as ``Profiling Input Quantiles``; one whose
@@ -37,6 +38,7 @@ torch_npu's trace event writer); never run on a profile of an NPU that ran the c
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,13 +158,14 @@ def _slots(cell: str) -> list[SlotShape]:
 
 def values_cell(kernel: DataKernel, call: CapturedCall) -> str | None:
     """The row's ``Input Values`` cell: the call's recorded arguments, in argument order, each in
-    the first data slot left, in slot order, that holds a 1-D tensor of as many elements (a
-    grouped GEMM's one group list; flash attention's query lengths in slot 8, then its KV lengths
-    in slot 9); None when an argument finds no such slot."""
+    the first data slot left, in slot order, that holds a tensor of as many elements (a grouped
+    GEMM's one group list; flash attention's query lengths in slot 8, then its KV lengths in slot
+    9; the token permutation's ``[T, k]`` expert ids, flattened); None when an argument finds no
+    such slot."""
     free = [slot for slot in sorted(kernel.data_slots) if slot < len(kernel.slots)]
     placed: dict[int, tuple[int, ...]] = {}
     for _, values in sorted(call.values.items()):
-        slot = next((s for s in free if kernel.slots[s] == (len(values),)), None)
+        slot = next((s for s in free if _elements(kernel.slots[s]) == len(values)), None)
         if slot is None:
             return None
         free.remove(slot)
@@ -170,6 +173,11 @@ def values_cell(kernel: DataKernel, call: CapturedCall) -> str | None:
     if not placed:
         return None
     return format_shape_cell([placed.get(i) for i in range(max(placed) + 1)], QuoteStyle.EMBEDDED)
+
+
+def _elements(shape: SlotShape) -> int | None:
+    """How many elements a slot's tensor holds (None for an empty slot)."""
+    return None if shape is None else math.prod(shape)
 
 
 def _marks(events: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:

@@ -27,7 +27,12 @@ a bias (the DeepSeek-style router vllm-ascend and msmodeling run) and 0 (softmax
 
 Inputs are valid as the kernels see them in a model: indices are distinct top-k expert ids per
 token (of ``ROUTED_EXPERTS`` experts: the rows do not record the expert count), sorted indices
-are what the permute kernel returns for such ids.  Gating logits are permutations of distinct
+are what the permute kernel returns for such ids.  Where an input-value capture recorded the
+model's routing (``perf_plugin.capture``: ``npu_moe_token_permute``'s ``indices``,
+``npu_moe_token_unpermute``'s ``sorted_indices``, up to ``MAX_VALUES`` elements), the row's
+``Input Values`` hold them in slot 1 and the replay uses them instead: how many rows each
+expert's run gets and which tokens are gathered are the model's (``Input Values Source``
+``measured``; without them, ``default: top-k ids drawn uniformly ...``).  Gating logits are permutations of distinct
 values and the bias holds distinct values, so no two experts tie (the kernels' tie order is not
 documented).  Portable paths: ``argsort``/``index_select`` for the permutations (verified exactly),
 ``index_select`` + ``bmm`` for the weighted unpermute, ``softmax``/``sigmoid`` + ``topk`` in float32
@@ -37,17 +42,22 @@ for the gating (references in float64; expert ids exact).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from perf_plugin.database.schema import INPUT_VALUES
 from perf_plugin.replay.api_call import ApiCall
 from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec, shape_text
+from perf_plugin.replay.value_draws import recorded_values
 
 if TYPE_CHECKING:
     import torch
 
 INDEX_DTYPES = frozenset({"INT32", "INT64"})
 ROUTED_EXPERTS = 256  # DeepSeek-V3's routed expert count: the stand-in expert range for ids
+# What a permutation row without recorded routing replays (``Input Values Source``).
+UNIFORM_ROUTING = f"top-k ids drawn uniformly over {ROUTED_EXPERTS} experts"
 MAX_GATING_EXPERTS = 2048  # aclnnMoeGatingTopK: x's last dim must not exceed 2048
 
 
@@ -58,6 +68,17 @@ def draw_top_k_ids(tokens: int, k: int, experts: int, device: "torch.device", ge
 
     keys = torch.rand((tokens, experts), generator=generator, device=device)
     return keys.argsort(dim=1)[:, :k]
+
+
+def recorded_ids(row: KernelRow, slot: int, count: int) -> tuple[int, ...] | None:
+    """The expert ids (or sorted indices) the model gave slot ``slot``, from the row's ``Input
+    Values`` (which hold no negative value); None where it records none.  Raises CaseBuildError
+    for a cell that holds another number of values than the slot's ``count`` elements."""
+    values = recorded_values(row, slot)
+    if values is not None and len(values) != count:
+        raise CaseBuildError(f"'{INPUT_VALUES}' slot {slot} holds {len(values)} values, not {count}: not the "
+                             f"model's values of that slot")
+    return values
 
 
 def permute_order(flat_ids: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
@@ -112,10 +133,17 @@ class MoeTokenPermuteReplay(OpReplay):
     def check(self, row: KernelRow) -> None:
         self.shape(row)
 
+    # the routing (each token's top-k expert ids) a capture recorded (perf_plugin.capture)
+    data_inputs = MappingProxyType({1: UNIFORM_ROUTING})
+
     def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
+        import torch
+
         t, _, k, rows = self.shape(row)
         tokens, index_spec = row.present_inputs
-        ids = draw_top_k_ids(t, k, max(k, ROUTED_EXPERTS), device, generator)
+        recorded = recorded_ids(row, 1, t * k)
+        ids = (torch.tensor(recorded, device=device) if recorded is not None
+               else draw_top_k_ids(t, k, max(k, ROUTED_EXPERTS), device, generator))
         indices = ids.to(index_spec.torch_dtype()).reshape(index_spec.shape or ())
         return self.random(tokens, device, generator), indices, k, rows
 
@@ -183,10 +211,21 @@ class MoeTokenUnpermuteReplay(OpReplay):
     def check(self, row: KernelRow) -> None:
         self.shape(row)
 
+    # the row each (token, slot) pair was permuted to, as the model's permutation returned it
+    data_inputs = MappingProxyType({1: UNIFORM_ROUTING})
+
     def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
+        import torch
+
         t, _, k, probs_spec = self.shape(row)
-        ids = draw_top_k_ids(t, k, max(k, ROUTED_EXPERTS), device, generator)
-        _, dest = permute_order(ids.reshape(-1))  # what MoeTokenPermute hands to this kernel
+        recorded = recorded_ids(row, 1, t * k)
+        if recorded is not None:
+            if sorted(recorded) != list(range(t * k)):
+                raise CaseBuildError(f"'{INPUT_VALUES}' slot 1 is not a permutation of the {t * k} rows")
+            dest = torch.tensor(recorded, device=device)
+        else:
+            ids = draw_top_k_ids(t, k, max(k, ROUTED_EXPERTS), device, generator)
+            _, dest = permute_order(ids.reshape(-1))  # what MoeTokenPermute hands to this kernel
         permuted = self.random(row.inputs[0], device, generator)
         probs = None if probs_spec is None else self.random(probs_spec, device, generator).abs_()
         return permuted, dest.int(), probs
