@@ -32,9 +32,9 @@ model's routing (``perf_plugin.capture``: ``npu_moe_token_permute``'s ``indices`
 ``npu_moe_token_unpermute``'s ``sorted_indices``, up to ``MAX_VALUES`` elements), the row's
 ``Input Values`` hold them in slot 1 and the replay uses them instead: how many rows each
 expert's run gets and which tokens are gathered are the model's (``Input Values Source``
-``measured``; without them, ``default: top-k ids drawn uniformly ...``).  Gating logits are permutations of distinct
-values and the bias holds distinct values, so no two experts tie (the kernels' tie order is not
-documented).  Portable paths: ``argsort``/``index_select`` for the permutations (verified exactly),
+``measured``; without them, ``default: top-k ids drawn uniformly ...``).  Gating logits are
+permutations of distinct values and the bias holds distinct values, so no two experts tie (the
+kernels' tie order is not documented).  Portable paths: ``argsort``/``index_select`` for the permutations (verified exactly),
 ``index_select`` + ``bmm`` for the weighted unpermute, ``softmax``/``sigmoid`` + ``topk`` in float32
 for the gating (references in float64; expert ids exact).
 """
@@ -104,6 +104,8 @@ class MoeTokenPermuteReplay(OpReplay):
     kernel_types = ("MoeTokenPermute",)
     # op_mapping names no API for this type; msmodeling replays it with this one (aclnnMoeTokenPermute)
     npu_api = "torch_npu.npu_moe_token_permute"
+    # the routing (each token's top-k expert ids) a capture recorded (perf_plugin.capture)
+    data_inputs = MappingProxyType({1: UNIFORM_ROUTING})
 
     def shape(self, row: KernelRow) -> tuple[int, int, int, int]:
         """(tokens T, hidden H, top-k k, kept rows R)."""
@@ -132,9 +134,6 @@ class MoeTokenPermuteReplay(OpReplay):
 
     def check(self, row: KernelRow) -> None:
         self.shape(row)
-
-    # the routing (each token's top-k expert ids) a capture recorded (perf_plugin.capture)
-    data_inputs = MappingProxyType({1: UNIFORM_ROUTING})
 
     def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
         import torch
@@ -181,6 +180,8 @@ class MoeTokenUnpermuteReplay(OpReplay):
     kernel_types = ("MoeTokenUnpermute",)
     # op_mapping names no API for this type; msmodeling replays it with this one (aclnnMoeTokenUnpermute)
     npu_api = "torch_npu.npu_moe_token_unpermute"
+    # the row each (token, slot) pair was permuted to, as the model's permutation returned it
+    data_inputs = MappingProxyType({1: UNIFORM_ROUTING})
 
     def shape(self, row: KernelRow) -> tuple[int, int, int, TensorSpec | None]:
         """(tokens T, hidden H, top-k k, probs spec or None)."""
@@ -210,9 +211,6 @@ class MoeTokenUnpermuteReplay(OpReplay):
 
     def check(self, row: KernelRow) -> None:
         self.shape(row)
-
-    # the row each (token, slot) pair was permuted to, as the model's permutation returned it
-    data_inputs = MappingProxyType({1: UNIFORM_ROUTING})
 
     def make_inputs(self, row: KernelRow, device: "torch.device", generator: "torch.Generator") -> tuple[Any, ...]:
         import torch
