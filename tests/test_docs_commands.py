@@ -567,7 +567,8 @@ def test_perfdb_ingest_input_values(sh: Shell, tmp_path: Path, monkeypatch: pyte
         shutil.copy(tmp_path / "trace.json", tmp_path / "elsewhere.json")
         done = sh.perfdb(documented(command).replace("DIR", str(tmp_path / db)))
         assert done.ret == 0, done.out
-        assert "4 of 4 captured call(s) attached" in done.out  # the two grouped GEMMs, the router's softmax and top-k
+        # the two grouped GEMMs, the router's softmax and top-k, the two gathers by the sorted order
+        assert "6 of 6 captured call(s) attached" in done.out
         assert {row["Input Values Source"] for row in rows(tmp_path / db / "GroupedMatmul.csv")} == {"measured"}
 
 

@@ -98,7 +98,8 @@ def test_ingest_attaches_the_routing_to_the_grouped_gemm_rows(skewed_trace: tupl
         assert parse_shape_cell(row[INPUT_VALUES])[7] == ends_of(routing)
         assert row[INPUT_VALUES_SOURCE] == "measured"
     lines = "\n".join(report.lines())
-    assert "4 of 4 captured call(s) attached" in lines  # the two GEMMs, the router's softmax and its top-k
+    # the two GEMMs, the router's softmax and its top-k, and the two gathers by the sorted order
+    assert "6 of 6 captured call(s) attached" in lines
     assert "2 measured, 0 with a default" in lines
     # the capture's own host copies and reads add no rows
     assert not any(path.stem in ("aten.clone", "aten.copy_", "Identity") for path in (tmp_path / "db").glob("*.csv"))

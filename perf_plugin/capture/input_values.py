@@ -11,8 +11,9 @@ Wrap the profiled step in ``capture_input_values`` (inside or outside ``torch.pr
 Every call of a watched function (``WATCHED``) is then wrapped in a profiler range named
 ``perf_values/<token>/<n>`` (``perf_plugin.trace.values_file``), and the values of its small
 integer tensor arguments (and of top-k's floating input, kept as quantiles, of a division's
-operands, kept as the share of their elements that are zero, and of a softmax's input, kept as
-the share of its elements that are masked and their runs per row) are copied to the host: on an
+operands, kept as the share of their elements that are zero, of a softmax's input, kept as
+the share of its elements that are masked and their runs per row, and of a gather's index, kept as
+the share of its values that are distinct) are copied to the host: on an
 accelerator asynchronously, on a side stream of the device's own stream API
 (``perf_plugin.backends.streams``: ``torch.npu`` on an NPU) that waits for the producing work,
 into pinned memory, so the step gains no synchronisation and its stream no extra work; on the
@@ -55,6 +56,9 @@ MAX_VALUES = 4096
 # Floating inputs are copied whole to the host, where their quantiles are taken: a router's
 # scores over a prefill's tokens, not a vocabulary's logits over a batch.
 MAX_FLOATING_VALUES = 65536
+# Index inputs are copied whole too, where their distinct values are counted: a prefill's
+# (token, slot) pairs, 8192 tokens at top-8.
+MAX_INDEX_VALUES = 65536
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,10 @@ class Watched:
     # A softmax, ``(input, dim, ...)``: the masked elements of its input's rows are recorded
     # (``perf_plugin.capture.masked_rows``).
     masks: bool = False
+    # An integer index whose repetitions set the kernel's time (a gather's ``x[index]``): recorded
+    # as the share of its values that are distinct (``CapturedCall.distinct``); a call given no
+    # integer index tensor there (a slice, a mask, a tuple) runs unwatched, without a range.
+    distinct: bool = False
     # A module that registers the operator when imported (``torch.ops.torch_attn`` exists once
     # ``torch.nn.attention.varlen`` is): imported before the function is looked up.
     module: str | None = None
@@ -125,6 +133,11 @@ WATCHED: tuple[Watched, ...] = (
     # int[]? actual_seq_kvlen, ...): TND's cumulative ends, host lists
     Watched("torch.ops.npu.npu_fusion_attention",
             {14: ("actual_seq_qlen", 14), 15: ("actual_seq_kvlen", 15)}),
+    # aten::index(self, indices) from ``x[index]``: a gather reads each distinct source row once
+    # from memory, and an MoE layer's gathers read every row once (``out[inverse_perm]``, the
+    # combine) or each token top-k times (``hidden[perm // k]``, the dispatch), where the replay's
+    # uniform draw with repetition reads about 63 % of the rows
+    Watched("torch.Tensor.__getitem__", {1: ("indices", 1)}, distinct=True),
     # aten::div(self, other): a zero numerator takes the device's slower division (an H200
     # divided PhiMoE's router operands, a zero numerator a row, in 2.05 us, random ones in 1.12:
     # reproduce/wip/division_operand_values.py); ``a / b`` and ``a.div(b)`` reach the mode as the
@@ -200,6 +213,14 @@ def _recordable(value: Any) -> bool:
             and value.dtype != torch.bool and value.numel() <= MAX_VALUES)
 
 
+def _recordable_index(value: Any) -> bool:
+    """An integer index tensor small enough to copy whole (not a mask, a slice or a tuple)."""
+    import torch
+
+    return (isinstance(value, torch.Tensor) and not value.is_floating_point() and not value.is_complex()
+            and value.dtype != torch.bool and 0 < value.numel() <= MAX_INDEX_VALUES)
+
+
 def _recordable_floating(value: Any) -> bool:
     """A floating tensor small enough to copy whole, and contiguous: copying a strided view to the
     host would first launch a gathering kernel in the profiled step."""
@@ -253,7 +274,8 @@ class InputValueCapture:
             def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
                 kwargs = kwargs or {}
                 watched = functions.get(func)
-                if watched is None:
+                if watched is None or (watched.distinct and not _recordable_index(
+                        _argument(args, kwargs, *watched.arguments[1]))):
                     return func(*args, **kwargs)
                 key = str(next(counter))
                 capture._record(key, watched, args, kwargs)
@@ -267,7 +289,9 @@ class InputValueCapture:
     def _record(self, key: str, watched: Watched, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         selection = _selection(args, kwargs) if watched.selects else None
         copies: dict[int, Any] = {}
-        if watched.masks:
+        if watched.distinct:
+            copies[1] = PendingCopy(_argument(args, kwargs, *watched.arguments[1]), self._streams, counts=False)
+        elif watched.masks:
             value = _argument(args, kwargs, *watched.arguments[0])
             if readable_rows(value, _argument(args, kwargs, "dim", 1)):
                 copies[0] = PendingRows(value, self._streams)
@@ -294,7 +318,10 @@ class InputValueCapture:
         for stream in self._streams.values():
             stream.synchronize()  # after the step: the copies are done, the step was not held
         for key, (watched, copies, selection) in self._pending.items():
-            if watched.masks:
+            if watched.distinct:
+                distinct = {arg: copy.distinct_share() for arg, copy in copies.items()}
+                self.values.calls[key] = CapturedCall(watched.function, {}, distinct=distinct)
+            elif watched.masks:
                 summaries = {arg: copy.summary() for arg, copy in copies.items()}
                 masked = {arg: (rows.share, rows.runs) for arg, rows in summaries.items()}
                 self.values.calls[key] = CapturedCall(watched.function, {}, masked=masked)

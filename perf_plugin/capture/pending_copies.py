@@ -39,6 +39,11 @@ def zero_share_of(values: Sequence[Any]) -> float:
     return sum(1 for value in values if value == 0) / max(1, len(values))
 
 
+def distinct_share_of(values: Sequence[Any]) -> float:
+    """The share of ``values`` that are distinct (1.0 for none)."""
+    return len(set(values)) / len(values) if values else 1.0
+
+
 def cumulative(values: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(itertools.accumulate(values))
 
@@ -83,6 +88,9 @@ class PendingCopy:
 
     def zero_share(self) -> float:
         return zero_share_of(self._read())
+
+    def distinct_share(self) -> float:
+        return distinct_share_of(self._read())
 
     def depths(self, selection: Selection) -> dict[int, int]:
         """Depth -> rows of the selection's k-th value (``{}`` for a dtype without a pattern)."""

@@ -94,6 +94,12 @@ PROFILING_SELECTION_DEPTHS = "Profiling Selection Depths"
 # device's slower path; a batched GEMM's: zero operands multiply faster;
 # perf_plugin.database.zero_shares_cell).  A replay zeroes that share.
 PROFILING_INPUT_ZERO_SHARES = "Profiling Input Zero Shares"
+# Per input slot, the share of an integer index input's values that were distinct in the profiled
+# model, where an input-value capture recorded it (a gather ``x[index]``: an MoE layer's
+# permutation reads every row once, its dispatch each token top-k times; a uniform draw with
+# repetition reads about 63 % of the rows once; perf_plugin.database.shares_cell).  A replay draws
+# that share of distinct indices.
+PROFILING_INPUT_DISTINCT_SHARES = "Profiling Input Distinct Shares"
 # Per input slot, the share of a softmax input's elements that were masked in the profiled model
 # (far below their row's maximum: the device's slower exponential) and how many runs of them a
 # row held, where an input-value capture recorded them (perf_plugin.database.masked_shares_cell).

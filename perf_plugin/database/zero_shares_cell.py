@@ -11,45 +11,13 @@ every token, those routed elsewhere zeroed, and an H200 ran their [16,512,8192] 
 (``reproduce/wip/gemm_operand_zeros.py``).  A slot's share is a number in [0, 1]; slots are
 separated by ``;`` as in ``Input Shapes``, an empty slot had none recorded.  A row's cell holds,
 per slot, the mean over the calls that recorded it; a row none of whose calls had a zero element
-has no cell (a replay's default values hold no zero either).
+has no cell (a replay's default values hold no zero either).  The cell's format is
+``perf_plugin.database.shares_cell``'s.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from perf_plugin.database.shares_cell import parse_shares_cell as parse_zero_shares_cell
+from perf_plugin.database.shares_cell import shares_cell as zero_shares_cell
 
-from perf_plugin.database.errors import DatabaseError
-from perf_plugin.database.slot_records import records_by_slot
-
-SHARE_DIGITS = 6
-
-
-def zero_shares_cell(samples: Sequence[Mapping[int, float]]) -> str:
-    """A row's cell from its calls' zero shares (argument position -> share; {} where a call
-    recorded none): per slot, the mean over the calls that recorded the slot."""
-    shares = [sum(recorded) / len(recorded) if recorded else None for recorded in records_by_slot(samples)]
-    if not any(share for share in shares):
-        return ""
-    return ";".join("" if share is None else f"{share:.{SHARE_DIGITS}g}" for share in shares)
-
-
-def parse_zero_shares_cell(cell: str) -> tuple[float | None, ...]:
-    """Per slot the share (None for an empty slot); () for an empty cell.
-
-    Raises DatabaseError naming the slot for text that is not a number in [0, 1]."""
-    if not cell.strip():
-        return ()
-    shares: list[float | None] = []
-    for slot, text in enumerate(cell.split(";")):
-        if not text.strip():
-            shares.append(None)
-            continue
-        try:
-            share = float(text)
-        except ValueError:
-            share = math.nan
-        if not 0.0 <= share <= 1.0:
-            raise DatabaseError(f"slot {slot}: {text.strip()!r} is not a share between 0 and 1")
-        shares.append(share)
-    return tuple(shares)
+__all__ = ["parse_zero_shares_cell", "zero_shares_cell"]

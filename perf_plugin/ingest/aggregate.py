@@ -50,6 +50,7 @@ from perf_plugin.database.kernel_breakdown import format_breakdown
 from perf_plugin.database.depths_cell import depths_cell
 from perf_plugin.database.masked_shares_cell import masked_shares_cell
 from perf_plugin.database.quantiles_cell import quantiles_cell
+from perf_plugin.database.shares_cell import shares_cell
 from perf_plugin.database.zero_shares_cell import zero_shares_cell
 from perf_plugin.database.reuse_calls_cell import reuse_calls_cell
 from perf_plugin.database.reuse_cell import NO_PRODUCER, reuse_cell
@@ -59,6 +60,7 @@ from perf_plugin.database.schema import (
     PROFILING_AVERAGE,
     PROFILING_CODE_REUSE,
     PROFILING_COUNT,
+    PROFILING_INPUT_DISTINCT_SHARES,
     PROFILING_INPUT_MASKED_SHARES,
     PROFILING_INPUT_QUANTILES,
     PROFILING_INPUT_ZERO_SHARES,
@@ -97,11 +99,13 @@ INPUT_DEPTHS = "_input_depths"
 INPUT_ZEROS = "_input_zeros"
 # Frame column of a trace sample's softmax inputs' masked elements (argument position -> (share, runs per row)), likewise.
 INPUT_MASKED = "_input_masked"
+# Frame column of a trace sample's index inputs' shares of distinct values (argument position -> share), likewise.
+INPUT_DISTINCT = "_input_distinct"
 # The frame columns a capture's values fill, each a dict per sample ({} where the call recorded
 # none), and how a row's cell is made of its samples'.
 CAPTURED_CELLS: dict[str, Callable[[list[Any]], str]] = {
     INPUT_QUANTILES: quantiles_cell, INPUT_DEPTHS: depths_cell, INPUT_ZEROS: zero_shares_cell,
-    INPUT_MASKED: masked_shares_cell}
+    INPUT_MASKED: masked_shares_cell, INPUT_DISTINCT: shares_cell}
 CAPTURED_COLUMNS = tuple(CAPTURED_CELLS)
 GROUP_KEY: tuple[str, ...] = (
     col.TYPE,
@@ -127,6 +131,7 @@ TEXT_CELLS: tuple[tuple[str, str], ...] = (
     (PROFILING_INPUT_BLOCK_REUSE, "input_block_reuse"),
     (PROFILING_INPUT_ZERO_SHARES, "input_zero_shares"),
     (PROFILING_INPUT_MASKED_SHARES, "input_masked_shares"),
+    (PROFILING_INPUT_DISTINCT_SHARES, "input_distinct_shares"),
 )
 
 
@@ -151,6 +156,7 @@ class AggregatedRow:
     selection_depths: str = ""  # the Profiling Selection Depths cell (likewise)
     input_zero_shares: str = ""  # the Profiling Input Zero Shares cell ("" where no call had a zero)
     input_masked_shares: str = ""  # the Profiling Input Masked Shares cell ("" where no call had a masked element)
+    input_distinct_shares: str = ""  # the Profiling Input Distinct Shares cell ("" where no call recorded them)
     # Columns added at the end from beside the profile (the FIA bundle check's ``Runtime ...``
     # cells, ``perf_plugin.ingest.fia_bundle``); not part of the identity or the statistics.
     runtime: Mapping[str, str] = field(default_factory=dict)
@@ -193,7 +199,8 @@ def _identity(group_key: Sequence[str], key: Sequence[Any], first: Sequence[Any]
 # The text fields of a row and the statistics' column each comes from.
 _TEXT_FIELDS = {"kernels": "kernels", "input_reuse": "reuse", "input_reuse_spread": "reuse_spread",
                 "input_reuse_calls": "reuse_calls", "input_block_reuse": "block_reuse", "code_reuse": "code_reuse", "input_quantiles": INPUT_QUANTILES, "selection_depths": INPUT_DEPTHS,
-                "input_zero_shares": INPUT_ZEROS, "input_masked_shares": INPUT_MASKED}
+                "input_zero_shares": INPUT_ZEROS, "input_masked_shares": INPUT_MASKED,
+                "input_distinct_shares": INPUT_DISTINCT}
 
 
 def aggregate(frame: pd.DataFrame, counters: list[str]) -> list[AggregatedRow]:

@@ -76,6 +76,7 @@ def attach_values(trace: TraceData, captured: CapturedValues) -> ValuesAttachmen
         op.depths = dict(call.depths)
         op.zeros = dict(call.zeros)
         op.masked = dict(call.masked)
+        op.distinct = dict(call.distinct)
         report.attached += 1
     return report
 

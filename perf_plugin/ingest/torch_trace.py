@@ -42,6 +42,7 @@ from perf_plugin.ingest.aggregate import (
     INPUT_MASKED,
     INPUT_QUANTILES,
     INPUT_ZEROS,
+    INPUT_DISTINCT,
     INPUT_REUSE,
     INPUT_REUSE_SPREAD,
     INPUT_BLOCK_REUSE,
@@ -138,7 +139,7 @@ def trace_samples(trace: TraceData, execution: ExecutionTrace | None = None) -> 
         if not mapped.outputs:
             summary.no_output_rows += 1
         record = {col.TYPE: mapped.kernel_type, **cells, col.DURATION: duration_us, INPUT_QUANTILES: op.quantiles,
-                  INPUT_DEPTHS: op.depths, INPUT_ZEROS: op.zeros, INPUT_MASKED: op.masked}
+                  INPUT_DEPTHS: op.depths, INPUT_ZEROS: op.zeros, INPUT_MASKED: op.masked, INPUT_DISTINCT: op.distinct}
         if attribution.device_trace:
             record[KERNEL_TIMES] = sample.kernel_ns
             record[LAUNCHED_IDLE] = float("nan") if sample.launched_idle is None else float(sample.launched_idle)

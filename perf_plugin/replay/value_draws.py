@@ -44,7 +44,7 @@ from perf_plugin.database.schema import (
     PROFILING_SELECTION_DEPTHS,
 )
 from perf_plugin.database.shapes import parse_shape_cell
-from perf_plugin.database.zero_shares_cell import parse_zero_shares_cell
+from perf_plugin.database.shares_cell import parse_shares_cell
 from perf_plugin.replay.base import CaseBuildError
 from perf_plugin.replay.tensors import KernelRow
 
@@ -117,12 +117,18 @@ def draw_from_quantiles(
     return torch.where(below.isfinite() & above.isfinite(), between, nearer).to(dtype)
 
 
+def recorded_shares(row: KernelRow, column: str) -> tuple[float | None, ...]:
+    """Per input slot the share the row's ``column`` carries (``Profiling Input Zero Shares``,
+    ``Profiling Input Distinct Shares``; None where it has none); () without the cell."""
+    try:
+        return parse_shares_cell(row.attrs.get(column, ""))
+    except DatabaseError as exc:
+        raise CaseBuildError(f"'{column}' {exc}") from None
+
+
 def recorded_zero_shares(row: KernelRow) -> tuple[float | None, ...]:
     """Per input slot the share of zero elements the row carries (None where it has none); () without the cell."""
-    try:
-        return parse_zero_shares_cell(row.attrs.get(PROFILING_INPUT_ZERO_SHARES, ""))
-    except DatabaseError as exc:
-        raise CaseBuildError(f"'{PROFILING_INPUT_ZERO_SHARES}' {exc}") from None
+    return recorded_shares(row, PROFILING_INPUT_ZERO_SHARES)
 
 
 def with_zero_share(x: "torch.Tensor", share: float | None, generator: "torch.Generator",

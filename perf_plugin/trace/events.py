@@ -40,6 +40,8 @@ class TraceOp:
     depths: dict[int, dict[int, int]] = field(default_factory=dict)
     # argument index -> the share of that floating input's elements that were zero (a division's), likewise
     zeros: dict[int, float] = field(default_factory=dict)
+    # argument index -> the share of that index input's values that were distinct (a gather's), likewise
+    distinct: dict[int, float] = field(default_factory=dict)
     # argument index -> (share of masked elements, masked runs per row) of a softmax's input, likewise
     masked: dict[int, tuple[float, float]] = field(default_factory=dict)
     children: list["TraceOp"] = field(default_factory=list)

@@ -20,7 +20,8 @@ greatest last; ``depths`` (top-k's input) maps it to how many of the input's row
 k-th value at each selection depth (``perf_plugin.capture.selection_depth``); ``zeros`` (a
 division's floating operands) maps it to the share of the input's elements that were zero;
 ``masked`` (a softmax's input) maps it to the share of the elements read that were masked and the
-mean number of runs of masked elements per row read (``perf_plugin.capture.masked_rows``).  A
+mean number of runs of masked elements per row read (``perf_plugin.capture.masked_rows``);
+``distinct`` (a gather's integer index) maps it to the share of the index's values that were distinct.  A
 file without any of these keys is read as having none.  The token tells one
 capture's ranges from another's (a trace may hold several runs).  The file sits beside the trace
 as ``<trace name>.values.json`` (``trace.json`` -> ``trace.values.json``), where ``perfdb ingest``
@@ -62,6 +63,7 @@ class CapturedCall:
     zeros: dict[int, float] = field(default_factory=dict)  # argument position -> share of zero elements
     # argument position -> (share of masked elements, mean runs of them per row)
     masked: dict[int, tuple[float, float]] = field(default_factory=dict)
+    distinct: dict[int, float] = field(default_factory=dict)  # argument position -> share of distinct values
 
 
 @dataclass
@@ -122,6 +124,8 @@ def _entry(call: CapturedCall) -> dict[str, Any]:
         entry["zeros"] = {str(arg): share for arg, share in call.zeros.items()}
     if call.masked:
         entry["masked"] = {str(arg): [share, runs] for arg, (share, runs) in call.masked.items()}
+    if call.distinct:
+        entry["distinct"] = {str(arg): share for arg, share in call.distinct.items()}
     return entry
 
 
@@ -155,11 +159,12 @@ def _call(entry: Any, path: Path, key: str) -> CapturedCall:
                   for arg, found in entry.get("depths", {}).items()}
         zeros = {int(arg): float(share) for arg, share in entry.get("zeros", {}).items()}
         masked = {int(arg): (float(share), float(runs)) for arg, (share, runs) in entry.get("masked", {}).items()}
+        distinct = {int(arg): float(share) for arg, share in entry.get("distinct", {}).items()}
     except (KeyError, TypeError, ValueError, AttributeError):
         raise DatabaseError(f"call {key!r}: expected {{\"function\": name, \"values\": {{argument: [integers]}}}}"
                             " (and optionally \"quantiles\": {argument: [numbers]},"
                             " \"depths\": {argument: {depth: rows}}, \"zeros\": {argument: share},"
-                            " \"masked\": {argument: [share, runs per row]})",
+                            " \"masked\": {argument: [share, runs per row]}, \"distinct\": {argument: share})",
                             path=path) from None
     # infinities are values a model gives top-k (scores masked to -inf): only NaN is refused
     if any(len(q) != QUANTILES or any(math.isnan(v) for v in q) or list(q) != sorted(q) for q in quantiles.values()):
@@ -169,7 +174,9 @@ def _call(entry: Any, path: Path, key: str) -> CapturedCall:
         raise DatabaseError(f"call {key!r}: depths must map depths (0 or more) to row counts (1 or more)", path=path)
     if any(not 0.0 <= share <= 1.0 for share in zeros.values()):
         raise DatabaseError(f"call {key!r}: zero shares must be numbers between 0 and 1", path=path)
+    if any(not 0.0 < share <= 1.0 for share in distinct.values()):
+        raise DatabaseError(f"call {key!r}: distinct shares must be numbers above 0, at most 1", path=path)
     if any(not 0.0 <= share <= 1.0 or not runs >= 0.0 for share, runs in masked.values()):
         raise DatabaseError(f"call {key!r}: masked must map an argument to a share between 0 and 1 and"
                             " runs per row (0 or more)", path=path)
-    return CapturedCall(function, values, quantiles, depths, zeros, masked)
+    return CapturedCall(function, values, quantiles, depths, zeros, masked, distinct)

@@ -30,7 +30,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from perf_plugin.database.schema import OP_ARGUMENTS
+from perf_plugin.database.schema import OP_ARGUMENTS, PROFILING_INPUT_DISTINCT_SHARES
 from perf_plugin.replay.aten_call import (
     AtenCallError,
     call,
@@ -44,7 +44,7 @@ from perf_plugin.replay.base import CaseBuildError, OpReplay
 from perf_plugin.replay.host_scalars import as_passed, host_scalar_slot, number_where_promotion_says, placed
 from perf_plugin.replay.kernels.elementwise import scalar_aware_dtype_slots, scalar_aware_outputs
 from perf_plugin.replay.tensors import FLOATING, KernelRow, TensorSpec
-from perf_plugin.replay.value_draws import draw_from_quantiles, recorded_quantiles
+from perf_plugin.replay.value_draws import draw_from_quantiles, recorded_quantiles, recorded_shares
 
 if TYPE_CHECKING:
     import torch
@@ -125,10 +125,14 @@ def _indexed_dims(row: KernelRow, template: Sequence[Any]) -> dict[int, tuple[in
 
 
 def _index_values(
-    spec: TensorSpec, indexed: tuple[int, bool], device: "torch.device", generator: "torch.Generator"
+    spec: TensorSpec, indexed: tuple[int, bool], device: "torch.device", generator: "torch.Generator",
+    distinct_share: float | None = None,
 ) -> "torch.Tensor":
     """Indices over the whole indexed dimension, as a model's gather or scatter addresses it;
-    a boolean mask with exactly the recorded count of true elements, at random places."""
+    a boolean mask with exactly the recorded count of true elements, at random places.  Where a
+    capture recorded the share of the model's index values that were distinct (``Profiling Input
+    Distinct Shares``: an MoE layer's permutation 1.0, its dispatch of top-k copies 1/k), that
+    many distinct rows, each as often as the others (to one), in random order."""
     import torch
 
     size, distinct = indexed
@@ -138,6 +142,12 @@ def _index_values(
         mask = torch.zeros(count, dtype=torch.bool, device=device)
         mask[torch.randperm(count, generator=generator, device=device)[: min(size, count)]] = True
         return mask.reshape(shape)
+    if distinct_share is not None and not distinct and count > 0 and size > 0:
+        rows = min(size, count, max(1, round(distinct_share * count)))
+        chosen = torch.randperm(size, generator=generator, device=device)[:rows]
+        repeated = chosen.repeat(-(-count // rows))[:count]
+        drawn = repeated[torch.randperm(count, generator=generator, device=device)]
+        return drawn.to(spec.torch_dtype()).reshape(shape)
     if distinct and count <= size:
         drawn = torch.randperm(size, generator=generator, device=device)[:count]
     else:
@@ -186,8 +196,10 @@ class AtenOpReplay(OpReplay):
         slots = _slots(row)
         host = host_scalar_slot(row, [TensorSpec((), s.dtype) if s.shape is None and s.dtype else s for s in slots])
         quantiles = recorded_quantiles(row)
+        distinct = recorded_shares(row, PROFILING_INPUT_DISTINCT_SHARES)  # a gather's index, where captured
         tensors = tuple(
-            _index_values(spec, indexing[k], device, generator) if k in indexing
+            _index_values(spec, indexing[k], device, generator, distinct[k] if k < len(distinct) else None)
+            if k in indexing
             else self._tensor(spec, *placed(k == host, device, generator), bound,
                               quantiles[k] if k < len(quantiles) else None)
             for k, spec in enumerate(slots)
