@@ -15,7 +15,9 @@ whatever they are; a slot whose ``Profiling Input Quantiles`` a capture recorded
 is drawn from those instead (``perf_plugin.replay.value_draws``).  Integer tensors are drawn in
 [1, d), d the smallest dimension of the floating and boolean inputs, so that index tensors
 (gather, scatter, index_add) address any dimension; an operator whose integer arguments must be something else
-fails the case with its own error.
+fails the case with its own error.  The indices of ``x[index]`` span the whole indexed dimension,
+as many distinct ones as the row's ``Profiling Input Distinct Shares`` says where a capture
+recorded it (``_index_values``).
 
 The reference is the same overload on float64 CPU copies (exact for integer and boolean
 results); operators that draw random values (tagged ``nondeterministic_seeded``: ``randn``,
