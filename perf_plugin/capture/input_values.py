@@ -214,11 +214,12 @@ def _recordable(value: Any) -> bool:
 
 
 def _recordable_index(value: Any) -> bool:
-    """An integer index tensor small enough to copy whole (not a mask, a slice or a tuple)."""
+    """An integer index tensor small enough to copy whole (not a mask, a slice or a tuple), and
+    contiguous: a strided one would first be gathered by a kernel of its own."""
     import torch
 
     return (isinstance(value, torch.Tensor) and not value.is_floating_point() and not value.is_complex()
-            and value.dtype != torch.bool and 0 < value.numel() <= MAX_INDEX_VALUES)
+            and value.dtype != torch.bool and 0 < value.numel() <= MAX_INDEX_VALUES and value.is_contiguous())
 
 
 def _recordable_floating(value: Any) -> bool:
