@@ -30,8 +30,8 @@ TOKENS, HIDDEN, EXPERTS, TOP_K = 48, 16, 8, 2
 
 
 def routed_layer(folder: Path) -> tuple[Path, float]:
-    """Profile, with the capture, the gathers of a routed MoE layer (and a slice and a mask, which
-    are no gathers by an integer index); the trace, and the dispatch's share of distinct values."""
+    """Profile, with the capture, the gathers of a routed MoE layer (and a slice, a mask and a
+    strided index, which it leaves alone); the trace, and the dispatch's share of distinct values."""
     generator = torch.Generator().manual_seed(0)
     hidden = torch.randn(TOKENS, HIDDEN, generator=generator)
     # a skewed router: token t's first choice is expert t % 2, so tokens repeat within experts
@@ -48,6 +48,7 @@ def routed_layer(folder: Path) -> tuple[Path, float]:
             back = out[inverse]  # the combine: a permutation
             back[:, :4].sum()  # a slice: not watched
             back[back[:, 0] > 0].sum()  # a boolean mask: not watched
+            hidden[ids[:, 0]].sum()  # a strided index (a copy would launch a kernel): not watched
     prof.export_chrome_trace(str(trace))
     dispatch = len(set((perm // TOP_K).tolist())) / perm.numel()
     return trace, dispatch
@@ -67,7 +68,7 @@ def index_rows(database: Path) -> dict[str, dict[str, str]]:
 def test_the_capture_records_the_share_of_distinct_rows_each_gather_read(layer: tuple[Path, float]) -> None:
     trace, dispatch = layer
     calls = read_values_file(trace.with_name("trace.values.json")).calls
-    # two gathers by an integer index; the slice and the mask ran without a range
+    # two gathers by a contiguous integer index; the slice, the mask and the strided index ran without a range
     assert sorted(call.distinct[1] for call in calls.values()) == [dispatch, 1.0]
     assert dispatch == pytest.approx(1 / TOP_K)
     marks = [e for e in json.loads(trace.read_text())["traceEvents"] if str(e.get("name", "")).startswith("perf_values/")]
