@@ -1,6 +1,6 @@
 """The records a row's calls made of their input slots, grouped by slot: what the captured
 cells (``Profiling Input Quantiles``, ``Profiling Selection Depths``, ``Profiling Input Zero
-Shares``, ``Profiling Input Masked Shares``) are each made of."""
+Shares``, ``Profiling Input Masked Shares``, ``Profiling Input Distinct Shares``) are each made of."""
 
 from __future__ import annotations
 
