@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from perf_plugin.replay.kernels._grouped_gemm import group_ends, grouped_reference, swiglu_requant
-from perf_plugin.replay.kernels.moe_routing import MoeTokenPermuteReplay
+from perf_plugin.replay.kernels.moe_routing import MoeTokenPermuteReplay, MoeTokenUnpermuteReplay
 from tests.npu_schemas import SCHEMAS
 
 OPERATORS = ("npu_grouped_matmul", "npu_grouped_matmul.List", "npu_grouped_matmul_swiglu_quant", "npu_fusion_attention",
@@ -106,11 +106,9 @@ def _token_permute(tokens: torch.Tensor, indices: torch.Tensor, num_out_tokens: 
 
 def _token_unpermute(permuted_tokens: torch.Tensor, sorted_indices: torch.Tensor, probs: torch.Tensor | None = None,
                      padded_mode: bool = False, restore_shape: Any = None) -> torch.Tensor:
-    """The documented formula: ``out[t] = sum_j permuted[sorted_indices[t*k+j]] * probs[t,j]``."""
-    k = probs.shape[1] if probs is not None else 1
-    gathered = permuted_tokens.double()[sorted_indices.long()].reshape(-1, k, permuted_tokens.shape[1])
-    weights = probs.double().unsqueeze(-1) if probs is not None else torch.ones(1, dtype=torch.float64)
-    return (gathered * weights).sum(1).to(permuted_tokens.dtype)
+    """The documented formula (``MoeTokenUnpermuteReplay.reference``): ``out[t] = sum_j
+    permuted[sorted_indices[t*k+j]] * probs[t,j]``."""
+    return MoeTokenUnpermuteReplay().reference(permuted_tokens, sorted_indices, probs).to(permuted_tokens.dtype)
 
 
 @functools.cache

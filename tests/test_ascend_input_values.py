@@ -44,7 +44,7 @@ from perf_plugin.database.schema import (
     PROFILING_SELECTION_DEPTHS,
 )
 from perf_plugin.database.shapes import parse_shape_cell
-from perf_plugin.database.zero_shares_cell import parse_zero_shares_cell
+from perf_plugin.database.shares_cell import parse_shares_cell as parse_zero_shares_cell
 from perf_plugin.ingest.ascend_trace_view import to_ns
 from perf_plugin.ingest.ascend_values import AscendValues, DataKernel, link_values, values_cell
 from perf_plugin.ingest.pipeline import ingest_path

@@ -20,7 +20,8 @@ from torch.profiler import ProfilerActivity, profile
 from perf_plugin.capture import capture_input_values
 from perf_plugin.database.errors import DatabaseError
 from perf_plugin.database.schema import PROFILING_INPUT_ZERO_SHARES
-from perf_plugin.database.zero_shares_cell import parse_zero_shares_cell, zero_shares_cell
+from perf_plugin.database.shares_cell import parse_shares_cell as parse_zero_shares_cell
+from perf_plugin.database.shares_cell import shares_cell as zero_shares_cell
 from perf_plugin.ingest.pipeline import ingest_path
 from perf_plugin.replay.base import CaseBuildError
 from perf_plugin.trace.values_file import CapturedCall, CapturedValues, read_values_file, write_values_file

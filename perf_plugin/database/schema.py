@@ -92,7 +92,7 @@ PROFILING_SELECTION_DEPTHS = "Profiling Selection Depths"
 # Per input slot, the share of a floating input's elements that were zero in the profiled model,
 # where an input-value capture recorded it (a division's operands: a zero numerator takes the
 # device's slower path; a batched GEMM's: zero operands multiply faster;
-# perf_plugin.database.zero_shares_cell).  A replay zeroes that share.
+# perf_plugin.database.shares_cell).  A replay zeroes that share.
 PROFILING_INPUT_ZERO_SHARES = "Profiling Input Zero Shares"
 # Per input slot, the share of an integer index input's values that were distinct in the profiled
 # model, where an input-value capture recorded it (a gather ``x[index]``: an MoE layer's

@@ -51,7 +51,6 @@ from perf_plugin.database.depths_cell import depths_cell
 from perf_plugin.database.masked_shares_cell import masked_shares_cell
 from perf_plugin.database.quantiles_cell import quantiles_cell
 from perf_plugin.database.shares_cell import shares_cell
-from perf_plugin.database.zero_shares_cell import zero_shares_cell
 from perf_plugin.database.reuse_calls_cell import reuse_calls_cell
 from perf_plugin.database.reuse_cell import NO_PRODUCER, reuse_cell
 from perf_plugin.database.schema import (
@@ -104,7 +103,7 @@ INPUT_DISTINCT = "_input_distinct"
 # The frame columns a capture's values fill, each a dict per sample ({} where the call recorded
 # none), and how a row's cell is made of its samples'.
 CAPTURED_CELLS: dict[str, Callable[[list[Any]], str]] = {
-    INPUT_QUANTILES: quantiles_cell, INPUT_DEPTHS: depths_cell, INPUT_ZEROS: zero_shares_cell,
+    INPUT_QUANTILES: quantiles_cell, INPUT_DEPTHS: depths_cell, INPUT_ZEROS: shares_cell,
     INPUT_MASKED: masked_shares_cell, INPUT_DISTINCT: shares_cell}
 CAPTURED_COLUMNS = tuple(CAPTURED_CELLS)
 GROUP_KEY: tuple[str, ...] = (
